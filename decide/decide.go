@@ -1,0 +1,283 @@
+// Package decide turns a validated request into a decision: it asks the
+// current policy set which limits apply, groups them by subject, takes the
+// request's cost from the store all-or-nothing, and says why it allowed or
+// throttled.
+//
+// decide owns no counters (the store does) and no wire format (package
+// server does); it must never panic on any input that passed validation.
+package decide
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/allot-dev/allot/algorithm"
+	"github.com/allot-dev/allot/policy"
+)
+
+// Store counts. It takes each group all-or-nothing and can give back what
+// it took. region.Store (Redis) and memstore.Store (in process) are the two.
+type Store interface {
+	Take(ctx context.Context, groups []algorithm.Group) ([]algorithm.Result, error)
+	Refund(ctx context.Context, groups []algorithm.Group) error
+}
+
+// Outcome is the verdict of a check.
+type Outcome int
+
+// Outcomes, numbered as the wire enum.
+const (
+	Allowed Outcome = iota
+	Throttled
+	FailedOpen
+)
+
+// Status is the state of one limit after a check.
+type Status struct {
+	PolicyID   string
+	LimitName  string
+	Limit      int64
+	Remaining  int64
+	ResetAfter time.Duration
+	RetryAfter time.Duration // violated limits only; algorithm.Never if it never can pass
+	Window     time.Duration
+	Violated   bool
+	Exact      bool
+}
+
+// Decision is the answer to one check.
+type Decision struct {
+	Outcome Outcome
+	// Limit, Remaining and ResetAfter describe the deciding limit: the
+	// violated one when throttled, else the one with the fewest tokens left.
+	Limit      int64
+	Remaining  int64
+	ResetAfter time.Duration
+	RetryAfter time.Duration
+	Reason     string
+	PolicyID   string
+	Statuses   []Status
+	Shadow     []Status // shadow-mode limits that would have denied
+}
+
+// Decider decides checks against the current policy set. It is safe for
+// concurrent use; SetPolicies swaps the set without pausing checks, and a
+// check in flight finishes on the set it started with.
+type Decider struct {
+	policies atomic.Pointer[policy.Set]
+	store    Store
+	log      *slog.Logger
+}
+
+// New returns a Decider over store, enforcing set.
+func New(store Store, set *policy.Set, log *slog.Logger) *Decider {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := &Decider{store: store, log: log}
+	d.policies.Store(set)
+	return d
+}
+
+// SetPolicies replaces the policy set. Counters are untouched: a changed
+// limit applies to the existing bucket under the same key.
+func (d *Decider) SetPolicies(s *policy.Set) { d.policies.Store(s) }
+
+// Policies returns the set in force.
+func (d *Decider) Policies() *policy.Set { return d.policies.Load() }
+
+// ref ties a group item back to the policy and limit it came from.
+type ref struct {
+	policy *policy.Compiled
+	limit  *policy.CompiledLimit
+}
+
+// plan is the store work of one check.
+type plan struct {
+	groups []algorithm.Group
+	refs   [][]ref
+	shadow []bool
+}
+
+func (p *plan) add(subject string, pol *policy.Compiled, cost int64) {
+	gi := -1
+	for i := range p.groups {
+		if p.shadow[i] == pol.Shadow && sameSubject(p.groups[i][0].Key, subject) {
+			gi = i
+			break
+		}
+	}
+	if gi < 0 {
+		p.groups = append(p.groups, nil)
+		p.refs = append(p.refs, nil)
+		p.shadow = append(p.shadow, pol.Shadow)
+		gi = len(p.groups) - 1
+	}
+	for i := range pol.Limits {
+		l := &pol.Limits[i]
+		p.groups[gi] = append(p.groups[gi], algorithm.Item{Key: l.Key(subject), Spec: l.Spec, Cost: cost})
+		p.refs[gi] = append(p.refs[gi], ref{pol, l})
+	}
+}
+
+// sameSubject reports whether key is "rl:{" + subject + "}...".
+func sameSubject(key, subject string) bool {
+	return len(key) > 4+len(subject) && key[4:4+len(subject)] == subject && key[4+len(subject)] == '}'
+}
+
+// Check decides r.
+func (d *Decider) Check(ctx context.Context, r *policy.Request) (Decision, error) {
+	set := d.policies.Load()
+	tier := set.Tier(r)
+	cost := set.Cost(r)
+	var buf [8]*policy.Compiled
+	matched := set.Match(r, tier, buf[:0])
+	if len(matched) == 0 {
+		return Decision{Outcome: Allowed}, nil
+	}
+	var p plan
+	for _, pol := range matched {
+		p.add(pol.Subject(r, tier), pol, cost)
+	}
+	results, err := d.store.Take(ctx, p.groups)
+	if err != nil {
+		return d.storeFailed(ctx, matched, err)
+	}
+	if len(results) != len(p.groups) {
+		return Decision{}, fmt.Errorf("store answered %d groups for %d", len(results), len(p.groups))
+	}
+	dec := p.decide(results, cost)
+	if dec.Outcome == Throttled {
+		d.refund(ctx, &p, results)
+	}
+	return dec, nil
+}
+
+// refund gives back what the allowed groups of a denied request took, so a
+// denial by one subject burns no tokens of another.
+func (d *Decider) refund(ctx context.Context, p *plan, results []algorithm.Result) {
+	var back []algorithm.Group
+	for i, res := range results {
+		if res.Allowed {
+			back = append(back, p.groups[i])
+		}
+	}
+	if len(back) == 0 {
+		return
+	}
+	if err := d.store.Refund(context.WithoutCancel(ctx), back); err != nil {
+		// Lost refunds under-admit until the buckets refill; never over-admit.
+		d.log.Warn("refund failed", "groups", len(back), "err", err)
+	}
+}
+
+func (p *plan) decide(results []algorithm.Result, cost int64) Decision {
+	var dec Decision
+	var deciding *Status
+	for gi, res := range results {
+		for ii, ir := range res.Items {
+			ref := p.refs[gi][ii]
+			st := Status{
+				PolicyID:   ref.policy.ID,
+				LimitName:  ref.limit.Name,
+				Limit:      ref.limit.Spec.Capacity(),
+				Remaining:  ir.Remaining,
+				ResetAfter: ir.ResetAfter,
+				Window:     ref.limit.Spec.Period,
+				Violated:   !res.Allowed && ir.RetryAfter != 0,
+				Exact:      !ref.policy.Leased,
+			}
+			if st.Violated {
+				st.RetryAfter = ir.RetryAfter
+			}
+			if p.shadow[gi] {
+				if st.Violated {
+					dec.Shadow = append(dec.Shadow, st)
+				}
+				continue
+			}
+			dec.Statuses = append(dec.Statuses, st)
+		}
+	}
+	for i := range dec.Statuses {
+		st := &dec.Statuses[i]
+		switch {
+		case deciding == nil:
+			deciding = st
+		case st.Violated != deciding.Violated:
+			if st.Violated {
+				deciding = st
+			}
+		case st.Violated:
+			if later(st.RetryAfter, deciding.RetryAfter) {
+				deciding = st
+			}
+		case st.Remaining < deciding.Remaining:
+			deciding = st
+		}
+	}
+	if deciding == nil { // only shadow policies applied
+		return dec
+	}
+	dec.Limit, dec.Remaining, dec.ResetAfter, dec.PolicyID = deciding.Limit, deciding.Remaining, deciding.ResetAfter, deciding.PolicyID
+	if deciding.Violated {
+		dec.Outcome = Throttled
+		dec.RetryAfter = deciding.RetryAfter
+		dec.ResetAfter = deciding.RetryAfter
+		dec.Reason = reason(deciding, cost)
+		if deciding.RetryAfter == algorithm.Never {
+			dec.RetryAfter, dec.ResetAfter = 0, 0
+		}
+	}
+	return dec
+}
+
+// later orders retry waits, Never being the longest.
+func later(a, b time.Duration) bool {
+	if b == algorithm.Never {
+		return false
+	}
+	return a == algorithm.Never || a > b
+}
+
+func reason(st *Status, cost int64) string {
+	if st.RetryAfter == algorithm.Never {
+		return fmt.Sprintf("policy %s limit %s: cost %d exceeds its capacity %d", st.PolicyID, st.LimitName, cost, st.Limit)
+	}
+	return fmt.Sprintf("policy %s limit %s: %d tokens per %v exceeded (cost %d)", st.PolicyID, st.LimitName, st.Limit, st.Window, cost)
+}
+
+// ErrStoreUnavailable marks a decision made without the store.
+var ErrStoreUnavailable = errors.New("rate-limit store unavailable")
+
+// storeFailed decides without the store: closed if any enforced matching
+// policy says so, else open.
+func (d *Decider) storeFailed(ctx context.Context, matched []*policy.Compiled, err error) (Decision, error) {
+	if ctx.Err() != nil {
+		return Decision{}, ctx.Err()
+	}
+	d.log.Warn("store failed; deciding by on_store_failure", "err", err)
+	for _, pol := range matched {
+		if !pol.Shadow && pol.OnStoreFailure == policy.FailClosed {
+			return Decision{
+				Outcome:  Throttled,
+				PolicyID: pol.ID,
+				Reason:   fmt.Sprintf("policy %s: %v and the policy fails closed", pol.ID, ErrStoreUnavailable),
+			}, nil
+		}
+	}
+	return Decision{Outcome: FailedOpen, Reason: ErrStoreUnavailable.Error()}, nil
+}
+
+// Seconds rounds d up to whole seconds, as Retry-After wants.
+func Seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(d.Seconds()))
+}

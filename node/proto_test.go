@@ -1,0 +1,5 @@
+package node_test
+
+import "google.golang.org/protobuf/proto"
+
+func protoUnmarshal(b []byte, m proto.Message) error { return proto.Unmarshal(b, m) }

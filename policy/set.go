@@ -1,0 +1,256 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/allot-dev/allot/algorithm"
+)
+
+// Request is what a policy is matched against. The server fills it from
+// the wire request after validating it.
+type Request struct {
+	Tenant string
+	Client string
+	Route  string
+	Method string
+	IP     netip.Addr
+	Tier   string
+	Cost   int64 // > 0 overrides the route's cost
+}
+
+// Set is a compiled, immutable policy set. It is safe for concurrent use
+// and is swapped whole on reload.
+type Set struct {
+	source      string
+	tenants     map[string]string
+	defaultTier string
+	costs       costTable
+	policies    []*Compiled
+	// The index: each policy is filed under its most selective exact
+	// matcher, so a lookup reads a few short lists instead of every policy.
+	byTenant map[string][]int
+	byClient map[string][]int
+	byTier   map[string][]int
+	rest     []int
+}
+
+// Compiled is one validated policy ready to match.
+type Compiled struct {
+	ID             string
+	Version        int64
+	Per            []Field
+	Limits         []CompiledLimit
+	Leased         bool
+	Shadow         bool
+	Global         bool
+	OnStoreFailure string
+	order          int
+	match          Match
+	route          glob
+	prefix         netip.Prefix
+	hasIP          bool
+}
+
+// CompiledLimit is one limit of a compiled policy.
+type CompiledLimit struct {
+	Name string
+	Spec algorithm.Spec
+	// suffix is ":<policy>:<limit>", precomputed for key building.
+	suffix string
+}
+
+// Compile validates f as a whole and compiles it. A file that does not
+// validate returns a *ValidationError listing every problem.
+func Compile(source string, f *File) (*Set, error) {
+	if err := Validate(source, f); err != nil {
+		return nil, err
+	}
+	s := &Set{
+		source:      source,
+		tenants:     f.Tenants,
+		defaultTier: f.DefaultTier,
+		costs:       compileCosts(f.Costs),
+		byTenant:    map[string][]int{},
+		byClient:    map[string][]int{},
+		byTier:      map[string][]int{},
+	}
+	for i := range f.Policies {
+		c := compilePolicy(i, &f.Policies[i])
+		s.policies = append(s.policies, c)
+		switch m := c.match; {
+		case m.Tenant != "":
+			s.byTenant[m.Tenant] = append(s.byTenant[m.Tenant], i)
+		case m.Client != "":
+			s.byClient[m.Client] = append(s.byClient[m.Client], i)
+		case m.Tier != "":
+			s.byTier[m.Tier] = append(s.byTier[m.Tier], i)
+		default:
+			s.rest = append(s.rest, i)
+		}
+	}
+	return s, nil
+}
+
+// Load parses, validates and compiles a policy file's bytes.
+func Load(source string, data []byte) (*Set, error) {
+	f, err := Parse(source, data)
+	if err != nil {
+		return nil, err
+	}
+	return Compile(source, f)
+}
+
+func compilePolicy(i int, p *Policy) *Compiled {
+	c := &Compiled{
+		ID:             p.ID,
+		Version:        p.Version,
+		Per:            p.Per,
+		Leased:         p.Precision == PrecisionLeased,
+		Shadow:         p.Mode == ModeShadow,
+		Global:         p.Scope == ScopeGlobal,
+		OnStoreFailure: p.OnStoreFailure,
+		order:          i,
+		match:          p.Match,
+		route:          glob(p.Match.Route),
+	}
+	if c.OnStoreFailure == "" {
+		c.OnStoreFailure = FailOpen
+	}
+	if p.Match.IP != "" {
+		c.prefix, _ = parsePrefix(p.Match.IP) // validated
+		c.hasIP = true
+	}
+	for _, l := range p.Limits {
+		a, _ := algorithm.Parse(l.Algorithm) // validated
+		c.Limits = append(c.Limits, CompiledLimit{
+			Name:   l.Name,
+			Spec:   algorithm.Spec{Algorithm: a, Limit: l.Limit, Period: time.Duration(l.Period), Burst: l.Burst},
+			suffix: ":" + p.ID + ":" + l.Name,
+		})
+	}
+	return c
+}
+
+// Source names where the set came from.
+func (s *Set) Source() string { return s.source }
+
+// Len is the number of policies.
+func (s *Set) Len() int { return len(s.policies) }
+
+// Tier resolves the request's tier: its own, else its tenant's, else the
+// default.
+func (s *Set) Tier(r *Request) string {
+	if r.Tier != "" {
+		return r.Tier
+	}
+	if t, ok := s.tenants[r.Tenant]; ok {
+		return t
+	}
+	return s.defaultTier
+}
+
+// Cost is the request's token cost: its own when > 0, else the route's,
+// else 1.
+func (s *Set) Cost(r *Request) int64 {
+	if r.Cost > 0 {
+		return r.Cost
+	}
+	return s.costs.lookup(r.Method, r.Route)
+}
+
+// Match appends to dst the policies that apply to r, in file order, and
+// returns it. tier must be s.Tier(r).
+func (s *Set) Match(r *Request, tier string, dst []*Compiled) []*Compiled {
+	start := len(dst)
+	for _, list := range [...][]int{s.byTenant[r.Tenant], s.byClient[r.Client], s.byTier[tier], s.rest} {
+		for _, i := range list {
+			if p := s.policies[i]; p.matches(r, tier) {
+				dst = append(dst, p)
+			}
+		}
+	}
+	out := dst[start:]
+	slices.SortFunc(out, func(a, b *Compiled) int { return a.order - b.order })
+	return dst
+}
+
+func (p *Compiled) matches(r *Request, tier string) bool {
+	m := &p.match
+	if m.Tenant != "" && m.Tenant != r.Tenant {
+		return false
+	}
+	if m.Client != "" && m.Client != r.Client {
+		return false
+	}
+	if m.Tier != "" && m.Tier != tier {
+		return false
+	}
+	if m.Route != "" && !p.route.match(r.Route) {
+		return false
+	}
+	if p.hasIP && (!r.IP.IsValid() || !p.prefix.Contains(r.IP.Unmap())) {
+		return false
+	}
+	return true
+}
+
+// Subject is the counter subject of r under p: its Per fields and their
+// values. Requests with equal subjects share counters. Values are escaped
+// so the subject is safe inside a Redis hash tag.
+func (p *Compiled) Subject(r *Request, tier string) string {
+	if len(p.Per) == 0 {
+		return "*"
+	}
+	var b strings.Builder
+	for i, f := range p.Per {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(string(f))
+		b.WriteByte('=')
+		escape(&b, fieldValue(f, r, tier))
+	}
+	return b.String()
+}
+
+// Key is the Redis key of limit l for subject: rl:{<subject>}:<policy>:<limit>.
+// The hash tag puts every limit of one subject in one cluster slot.
+func (l *CompiledLimit) Key(subject string) string {
+	return "rl:{" + subject + "}" + l.suffix
+}
+
+func fieldValue(f Field, r *Request, tier string) string {
+	switch f {
+	case FieldTenant:
+		return r.Tenant
+	case FieldClient:
+		return r.Client
+	case FieldRoute:
+		return r.Route
+	case FieldMethod:
+		return r.Method
+	case FieldTier:
+		return tier
+	case FieldIP:
+		if r.IP.IsValid() {
+			return r.IP.Unmap().String()
+		}
+	}
+	return ""
+}
+
+// escape percent-encodes the bytes that would break a key or its hash tag.
+func escape(b *strings.Builder, s string) {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '{', '}', '%', ',', '=':
+			fmt.Fprintf(b, "%%%02X", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+}

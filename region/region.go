@@ -1,0 +1,338 @@
+// Package region is the client of one region's Redis (a single server or a
+// Redis Cluster), which holds the authoritative bucket state for the
+// region.
+//
+// It owns: connecting (and detecting cluster mode), turning algorithm
+// Groups into calls of the scripts in package lua, pipelining those calls
+// into one round trip, recovering from a flushed script cache, and turning
+// replies back into algorithm Results.
+//
+// It must not: decide policy (which keys, limits or costs apply), keep
+// bucket state or clocks of its own (Redis TIME is the only clock), retry
+// a script whose reply was lost (it may have run, and a second take would
+// count twice), or decide what happens when Redis fails (fail open or
+// closed is the caller's call; every failure is returned as an error).
+package region
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/allot-dev/allot/algorithm"
+	"github.com/allot-dev/allot/lua"
+)
+
+// Defaults for Options fields left zero.
+const (
+	DefaultDialTimeout  = 2 * time.Second
+	DefaultReadTimeout  = time.Second
+	DefaultWriteTimeout = time.Second
+)
+
+// Options configure the connection to the region's Redis.
+type Options struct {
+	// Username and Password authenticate (ACL user, or just a password).
+	Username string
+	Password string
+	// DialTimeout, ReadTimeout and WriteTimeout bound each network step;
+	// zero means the Default* constant.
+	DialTimeout  time.Duration
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration
+	// PoolSize is the connection pool size per node; zero means the
+	// go-redis default (10 per GOMAXPROCS).
+	PoolSize int
+}
+
+func (o Options) withDefaults() Options {
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.ReadTimeout <= 0 {
+		o.ReadTimeout = DefaultReadTimeout
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	return o
+}
+
+// Store runs the bucket scripts on the region's Redis. It is safe for
+// concurrent use.
+type Store struct {
+	client  redis.UniversalClient
+	cluster bool
+}
+
+// Open connects to the region's Redis. One address is probed with
+// INFO cluster and served by a cluster client if it is a cluster node;
+// several addresses are always cluster seed nodes. Open fails if Redis
+// does not answer within ctx or the dial timeout.
+func Open(ctx context.Context, addrs []string, opts Options) (*Store, error) {
+	if len(addrs) == 0 {
+		return nil, errors.New("region: open: no Redis address")
+	}
+	opts = opts.withDefaults()
+	cluster := len(addrs) > 1
+	if !cluster {
+		c := redis.NewClient(clientOptions(addrs[0], opts))
+		enabled, err := clusterEnabled(ctx, c)
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("region: open %s: %w", addrs[0], err)
+		}
+		if !enabled {
+			return &Store{client: c}, nil
+		}
+		c.Close()
+		cluster = true
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:        addrs,
+		Username:     opts.Username,
+		Password:     opts.Password,
+		DialTimeout:  opts.DialTimeout,
+		ReadTimeout:  opts.ReadTimeout,
+		WriteTimeout: opts.WriteTimeout,
+		PoolSize:     opts.PoolSize,
+		// Network errors are not retried: a script whose reply was lost may
+		// have run. MOVED/ASK redirects are still followed (MaxRedirects),
+		// as the script did not run on the wrong node.
+		MaxRetries: -1,
+	})
+	if err := cc.Ping(ctx).Err(); err != nil {
+		cc.Close()
+		return nil, fmt.Errorf("region: open cluster %s: %w", strings.Join(addrs, ","), err)
+	}
+	return &Store{client: cc, cluster: true}, nil
+}
+
+func clientOptions(addr string, opts Options) *redis.Options {
+	return &redis.Options{
+		Addr:         addr,
+		Username:     opts.Username,
+		Password:     opts.Password,
+		DialTimeout:  opts.DialTimeout,
+		ReadTimeout:  opts.ReadTimeout,
+		WriteTimeout: opts.WriteTimeout,
+		PoolSize:     opts.PoolSize,
+		// A script whose reply was lost may have run; retrying could take
+		// twice. The caller sees the error and decides.
+		MaxRetries: -1,
+	}
+}
+
+func clusterEnabled(ctx context.Context, c *redis.Client) (bool, error) {
+	info, err := c.Info(ctx, "cluster").Result()
+	if err != nil {
+		return false, fmt.Errorf("INFO cluster: %w", err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cluster_enabled:"); ok {
+			return v == "1", nil
+		}
+	}
+	return false, nil // servers built without cluster support omit the field
+}
+
+// Client returns the underlying go-redis client (a *redis.Client or a
+// *redis.ClusterClient) for packages that need other commands.
+func (s *Store) Client() redis.UniversalClient { return s.client }
+
+// Cluster reports whether the store talks to a Redis Cluster.
+func (s *Store) Cluster() bool { return s.cluster }
+
+// Close closes all connections.
+func (s *Store) Close() error {
+	if err := s.client.Close(); err != nil {
+		return fmt.Errorf("region: close: %w", err)
+	}
+	return nil
+}
+
+// Take runs check.lua once per group, all groups in one pipelined round
+// trip (a cluster client splits it per node). Each group is taken
+// all-or-nothing; groups are independent of each other, so the caller
+// refunds the allowed groups (Refund) when another group denied.
+//
+// An empty group is allowed without touching Redis. On error no Results
+// are returned, but groups other than the failing one may have been
+// taken: that errs on the side of counting too much.
+func (s *Store) Take(ctx context.Context, groups []algorithm.Group) ([]algorithm.Result, error) {
+	cmds, err := s.run(ctx, lua.Check, groups)
+	if err != nil {
+		return nil, fmt.Errorf("region: take: %w", err)
+	}
+	results := make([]algorithm.Result, len(groups))
+	var errs []error
+	for i, g := range groups {
+		if len(g) == 0 {
+			results[i] = algorithm.Result{Allowed: true}
+			continue
+		}
+		r, err := parseCheck(cmds[i], len(g))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("group %d (%s): %w", i, g[0].Key, err))
+			continue
+		}
+		results[i] = r
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("region: take: %w", err)
+	}
+	return results, nil
+}
+
+// Refund runs refund.lua once per group, in one pipelined round trip: each
+// existing bucket gets its item's cost back (capped at capacity). Pass the
+// groups exactly as they were passed to a Take that allowed them.
+func (s *Store) Refund(ctx context.Context, groups []algorithm.Group) error {
+	cmds, err := s.run(ctx, lua.Refund, groups)
+	if err != nil {
+		return fmt.Errorf("region: refund: %w", err)
+	}
+	var errs []error
+	for i, g := range groups {
+		if len(g) == 0 {
+			continue
+		}
+		if err := cmds[i].Err(); err != nil {
+			errs = append(errs, fmt.Errorf("group %d (%s): %w", i, g[0].Key, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("region: refund: %w", err)
+	}
+	return nil
+}
+
+// run sends script once per non-empty group with EVALSHA in one pipeline;
+// groups whose EVALSHA failed with NOSCRIPT (the script did not run, e.g.
+// after SCRIPT FLUSH or a failover) are sent again with EVAL, which also
+// reloads the cache. cmds[i] is nil for empty groups. Per-command errors
+// are left in the commands; only argument errors are returned.
+func (s *Store) run(ctx context.Context, script *redis.Script, groups []algorithm.Group) ([]*redis.Cmd, error) {
+	type call struct {
+		keys []string
+		args []any
+	}
+	calls := make([]call, len(groups))
+	for i, g := range groups {
+		if len(g) == 0 {
+			continue
+		}
+		keys, args, err := scriptArgs(g)
+		if err != nil {
+			return nil, fmt.Errorf("group %d: %w", i, err)
+		}
+		calls[i] = call{keys, args}
+	}
+
+	cmds := make([]*redis.Cmd, len(groups))
+	// The pipeline's own error is the first command error; each command
+	// carries its own, so it is inspected per command below.
+	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, c := range calls {
+			if c.keys != nil {
+				cmds[i] = script.EvalSha(ctx, p, c.keys, c.args...)
+			}
+		}
+		return nil
+	})
+
+	var again []int
+	for i, cmd := range cmds {
+		if cmd != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range again {
+				cmds[i] = script.Eval(ctx, p, calls[i].keys, calls[i].args...)
+			}
+			return nil
+		})
+	}
+	return cmds, nil
+}
+
+// scriptArgs lays a group out as check.lua/refund.lua expect: the keys,
+// and 5 ARGV per key. It rejects what would silently misbehave in Redis.
+func scriptArgs(g algorithm.Group) ([]string, []any, error) {
+	keys := make([]string, len(g))
+	args := make([]any, 0, len(g)*lua.ArgsPerKey)
+	tag := hashTag(g[0].Key)
+	seen := make(map[string]bool, len(g))
+	for i, it := range g {
+		code := it.Spec.Algorithm.Code()
+		switch {
+		case code == "":
+			return nil, nil, fmt.Errorf("key %q: algorithm %v has no script", it.Key, it.Spec.Algorithm)
+		case it.Spec.Limit <= 0:
+			return nil, nil, fmt.Errorf("key %q: limit %d must be positive", it.Key, it.Spec.Limit)
+		case it.Spec.Period <= 0 || it.Spec.Period%time.Millisecond != 0:
+			// The scripts take milliseconds; a sub-millisecond period would
+			// make Redis and algorithm.Spec.Rate disagree.
+			return nil, nil, fmt.Errorf("key %q: period %v must be a positive whole number of milliseconds", it.Key, it.Spec.Period)
+		case it.Cost < 0:
+			return nil, nil, fmt.Errorf("key %q: cost %d must not be negative", it.Key, it.Cost)
+		case seen[it.Key]:
+			// Two items on one bucket would each be checked against the
+			// same tokens and the second write would hide the first take.
+			return nil, nil, fmt.Errorf("key %q appears twice in one group", it.Key)
+		case hashTag(it.Key) != tag:
+			// A cluster would refuse the call (CROSSSLOT); refuse it on a
+			// single server too, so a deployment change cannot break it.
+			return nil, nil, fmt.Errorf("keys %q and %q do not share a hash tag", g[0].Key, it.Key)
+		}
+		seen[it.Key] = true
+		keys[i] = it.Key
+		args = append(args, code, it.Spec.Limit, it.Spec.Period.Milliseconds(), it.Spec.Capacity(), it.Cost)
+	}
+	return keys, args, nil
+}
+
+// hashTag is the part of key Redis Cluster hashes: the text between the
+// first '{' and the next '}', if non-empty, else the whole key.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
+
+// parseCheck turns check.lua's reply into a Result.
+func parseCheck(cmd *redis.Cmd, n int) (algorithm.Result, error) {
+	vals, err := cmd.Int64Slice()
+	if err != nil {
+		return algorithm.Result{}, err
+	}
+	if len(vals) != 1+3*n {
+		return algorithm.Result{}, fmt.Errorf("check.lua returned %d values for %d keys", len(vals), n)
+	}
+	r := algorithm.Result{Allowed: vals[0] == 1, Items: make([]algorithm.ItemResult, n)}
+	for i := range n {
+		v := vals[1+3*i:]
+		r.Items[i] = algorithm.ItemResult{
+			Remaining:  v[0],
+			RetryAfter: micros(v[1]),
+			ResetAfter: micros(v[2]),
+		}
+	}
+	return r, nil
+}
+
+func micros(us int64) time.Duration {
+	if us < 0 {
+		return algorithm.Never
+	}
+	return time.Duration(us) * time.Microsecond
+}

@@ -1,0 +1,143 @@
+// Package server turns wire requests into checks and decisions into wire
+// answers: the gRPC RateLimiterService of the seed's contract. It owns the
+// mapping of errors to status codes and nothing else: validation lives in
+// decide.Input, deciding in decide.Decider.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/allot-dev/allot/decide"
+	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
+)
+
+// MaxBatch is the most checks one CheckRateLimitBatch call may carry.
+const MaxBatch = 1000
+
+// Checker decides one validated request. *decide.Decider is one.
+type Checker interface {
+	Check(ctx context.Context, r *decide.Request) (decide.Decision, error)
+}
+
+// GRPC implements ratelimitv1.RateLimiterServiceServer.
+type GRPC struct {
+	ratelimitv1.UnimplementedRateLimiterServiceServer
+	checker Checker
+}
+
+// NewGRPC returns the gRPC service over c.
+func NewGRPC(c Checker) *GRPC { return &GRPC{checker: c} }
+
+// CheckRateLimit decides one request.
+func (s *GRPC) CheckRateLimit(ctx context.Context, in *ratelimitv1.RateLimitRequest) (*ratelimitv1.RateLimitResponse, error) {
+	r, err := input(in).Request()
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	d, err := s.checker.Check(ctx, &r)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return response(&d), nil
+}
+
+// CheckRateLimitBatch validates every check first, so a bad one fails the
+// call before anything is counted, then decides each in order.
+func (s *GRPC) CheckRateLimitBatch(ctx context.Context, in *ratelimitv1.BatchRateLimitRequest) (*ratelimitv1.BatchRateLimitResponse, error) {
+	if n := len(in.GetRequests()); n > MaxBatch {
+		return nil, status.Errorf(codes.InvalidArgument, "requests: %d checks exceed the maximum of %d per call", n, MaxBatch)
+	}
+	reqs := make([]decide.Request, len(in.GetRequests()))
+	for i, rq := range in.GetRequests() {
+		r, err := input(rq).Request()
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "requests[%d].%v", i, err)
+		}
+		reqs[i] = r
+	}
+	out := &ratelimitv1.BatchRateLimitResponse{Responses: make([]*ratelimitv1.RateLimitResponse, len(reqs))}
+	for i := range reqs {
+		d, err := s.checker.Check(ctx, &reqs[i])
+		if err != nil {
+			return nil, grpcError(fmt.Errorf("requests[%d]: %w", i, err))
+		}
+		out.Responses[i] = response(&d)
+	}
+	return out, nil
+}
+
+func input(in *ratelimitv1.RateLimitRequest) *decide.Input {
+	return &decide.Input{
+		Tenant: in.GetTenantId(),
+		Client: in.GetClientIdentifier(),
+		Route:  in.GetRoute(),
+		Method: in.GetMethod(),
+		IP:     in.GetIp(),
+		Tier:   in.GetTier(),
+		Cost:   int64(in.GetTokenCost()),
+	}
+}
+
+// grpcError is the one place that maps errors to gRPC status codes.
+func grpcError(err error) error {
+	var bad *decide.InvalidError
+	switch {
+	case errors.As(err, &bad):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+func response(d *decide.Decision) *ratelimitv1.RateLimitResponse {
+	out := &ratelimitv1.RateLimitResponse{
+		Decision:          ratelimitv1.RateLimitResponse_Decision(d.Outcome),
+		Limit:             d.Limit,
+		Remaining:         d.Remaining,
+		ResetAfterSeconds: decide.Seconds(d.ResetAfter),
+		ViolationReason:   d.Reason,
+		RetryAfterMs:      ceilMillis(d.RetryAfter),
+		PolicyId:          d.PolicyID,
+	}
+	out.Statuses = statuses(d.Statuses)
+	out.ShadowViolations = statuses(d.Shadow)
+	return out
+}
+
+func statuses(in []decide.Status) []*ratelimitv1.LimitStatus {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]*ratelimitv1.LimitStatus, len(in))
+	for i := range in {
+		st := &in[i]
+		out[i] = &ratelimitv1.LimitStatus{
+			PolicyId:          st.PolicyID,
+			LimitName:         st.LimitName,
+			Limit:             st.Limit,
+			Remaining:         st.Remaining,
+			ResetAfterSeconds: decide.Seconds(max(st.ResetAfter, st.RetryAfter)),
+			WindowSeconds:     decide.Seconds(st.Window),
+			Violated:          st.Violated,
+			Exact:             st.Exact,
+		}
+	}
+	return out
+}
+
+// ceilMillis rounds up, so a throttled caller is never told to retry at once.
+func ceilMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
