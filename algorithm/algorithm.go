@@ -8,6 +8,7 @@
 package algorithm
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -15,13 +16,40 @@ import (
 // Algorithm names a rate-limiting algorithm.
 type Algorithm uint8
 
-// The algorithms Allot knows. Their names are the policy file's spelling.
+// The algorithms Allot knows. Their names are the policy file's spelling;
+// docs/algorithms.md says which to pick when.
 const (
+	// TokenBucket refills Limit/Period tokens per second up to Burst.
 	TokenBucket Algorithm = iota + 1
+	// GCRA is the generic cell rate algorithm: the token bucket's
+	// decisions kept as one theoretical arrival time (see GCRAState).
+	GCRA
+	// SlidingWindowLog admits at most Limit in any window of length Period,
+	// exactly, at one stored entry per admitted token (see LogState).
+	SlidingWindowLog
+	// SlidingWindowCounter estimates the sliding window from two fixed
+	// windows' counts (see CounterState).
+	SlidingWindowCounter
+	// FixedWindow counts per epoch-aligned window of length Period (see
+	// WindowState).
+	FixedWindow
 )
 
 var names = map[Algorithm]string{
-	TokenBucket: "token_bucket",
+	TokenBucket:          "token_bucket",
+	GCRA:                 "gcra",
+	SlidingWindowLog:     "sliding_window_log",
+	SlidingWindowCounter: "sliding_window_counter",
+	FixedWindow:          "fixed_window",
+}
+
+// codes are the tokens check.lua and refund.lua switch on.
+var codes = map[Algorithm]string{
+	TokenBucket:          "tb",
+	GCRA:                 "gcra",
+	SlidingWindowLog:     "swl",
+	SlidingWindowCounter: "swc",
+	FixedWindow:          "fw",
 }
 
 // String returns the policy-file spelling of a.
@@ -32,13 +60,19 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("algorithm(%d)", uint8(a))
 }
 
-// Code is the short token the Lua scripts switch on.
-func (a Algorithm) Code() string {
-	switch a {
-	case TokenBucket:
-		return "tb"
-	}
-	return ""
+// Code is the short token the Lua scripts switch on ("" if a is unknown).
+func (a Algorithm) Code() string { return codes[a] }
+
+// Leasable reports whether a node may take tokens of a in advance and
+// spend them in memory. Only the bucket algorithms can: their state is an
+// amount that can be drawn down and given back. A window or a log counts
+// what happened at which time, and a lease would hide when.
+func (a Algorithm) Leasable() bool { return a == TokenBucket || a == GCRA }
+
+// Windowed reports whether a counts requests in time windows (the log and
+// window algorithms): for these Burst has no meaning.
+func (a Algorithm) Windowed() bool {
+	return a == SlidingWindowLog || a == SlidingWindowCounter || a == FixedWindow
 }
 
 // Parse returns the algorithm spelled s in a policy file.
@@ -48,13 +82,15 @@ func Parse(s string) (Algorithm, error) {
 			return a, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown algorithm %q", s)
+	return 0, fmt.Errorf("unknown algorithm %q (want token_bucket, gcra, sliding_window_log, sliding_window_counter or fixed_window)", s)
 }
 
 // Spec is one limit: Limit tokens per Period, with a capacity of Burst.
 //
-// For a token bucket the refill rate is Limit/Period tokens per second and
-// the bucket holds at most Burst tokens (Burst defaults to Limit).
+// For a token bucket and GCRA the refill rate is Limit/Period tokens per
+// second and at most Burst tokens can be taken at once (Burst defaults to
+// Limit). For the window and log algorithms at most Limit tokens are taken
+// per window of length Period, and Burst must be 0 or Limit.
 type Spec struct {
 	Algorithm Algorithm
 	Limit     int64
@@ -62,16 +98,62 @@ type Spec struct {
 	Burst     int64
 }
 
+// MaxLogLimit is the largest Limit of a sliding window log: it stores one
+// entry per admitted token, so a key can cost O(Limit) memory in Redis.
+const MaxLogLimit = 10_000
+
+// maxGCRATolerance bounds GCRA's burst tolerance, Burst times the emission
+// interval in microseconds: the scripts hold it in a double, exact only
+// below 2^53 (about 285 years).
+const maxGCRATolerance = 1 << 53
+
+// Validate reports what makes s unusable, beyond the ranges a policy file
+// checks: an unknown algorithm, a sub-millisecond period (the scripts take
+// milliseconds), and each algorithm's own bounds. Several problems are
+// joined into one error.
+func (s Spec) Validate() error {
+	var errs []error
+	if s.Algorithm.Code() == "" {
+		errs = append(errs, fmt.Errorf("unknown algorithm %v", s.Algorithm))
+	}
+	if s.Limit <= 0 {
+		errs = append(errs, fmt.Errorf("limit %d must be positive", s.Limit))
+	}
+	if s.Period <= 0 || s.Period%time.Millisecond != 0 {
+		errs = append(errs, fmt.Errorf("period %v must be a positive whole number of milliseconds", s.Period))
+	}
+	if s.Burst < 0 {
+		errs = append(errs, fmt.Errorf("burst %d must not be negative", s.Burst))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	switch {
+	case s.Algorithm.Windowed() && s.Burst != 0 && s.Burst != s.Limit:
+		return fmt.Errorf("%v counts at most limit per period and has no burst: burst %d must be 0 or the limit (%d); use token_bucket or gcra for bursts", s.Algorithm, s.Burst, s.Limit)
+	case s.Algorithm == SlidingWindowLog && s.Limit > MaxLogLimit:
+		return fmt.Errorf("sliding_window_log stores one entry per admitted token: limit %d is above %d; use sliding_window_counter for high limits", s.Limit, MaxLogLimit)
+	case s.Algorithm == GCRA && s.Limit > s.Period.Microseconds():
+		return fmt.Errorf("gcra spaces requests at least 1µs apart: limit %d per %v is faster than that; use token_bucket", s.Limit, s.Period)
+	case s.Algorithm == GCRA && s.Capacity() > maxGCRATolerance/s.interval():
+		return fmt.Errorf("gcra burst tolerance burst × period/limit = %d × %dµs is too long", s.Capacity(), s.interval())
+	}
+	return nil
+}
+
 // Rate is the sustained refill rate in tokens per second.
 func (s Spec) Rate() float64 { return float64(s.Limit) / s.Period.Seconds() }
 
-// Capacity is the most tokens one key can hold.
+// Capacity is the most tokens one key can hold (or admit in one window).
 func (s Spec) Capacity() int64 {
 	if s.Burst > 0 {
 		return s.Burst
 	}
 	return s.Limit
 }
+
+// window is the window length in microseconds.
+func (s Spec) window() int64 { return s.Period.Microseconds() }
 
 // Item asks a store to take Cost tokens from the bucket at Key.
 type Item struct {

@@ -53,10 +53,30 @@ func (b BucketState) Check(s Spec, cost int64) (ok bool, r ItemResult) {
 	return ok, r
 }
 
-// TTL is how long an idle bucket must be kept: the time to refill from
-// empty plus a grace second. After that it is full and can be forgotten.
-func (s Spec) TTL() time.Duration {
-	return ceilMillis(float64(s.Capacity())/s.Rate()) + time.Second
+func (b BucketState) decide(s Spec, now, cost int64) Decision {
+	st := b.Refill(s, now)
+	ok, taken := st.Check(s, cost)
+	kept := taken
+	if ok {
+		// Check assumes the take; a denied group leaves the bucket as is.
+		_, untouched := st.Check(s, 0)
+		kept.Remaining, kept.ResetAfter = untouched.Remaining, untouched.ResetAfter
+	}
+	next := st
+	next.Tokens -= float64(cost)
+	return Decision{OK: ok, Next: State{Algorithm: TokenBucket, Bucket: next}, TTL: s.TTL(), Taken: taken, Kept: kept}
+}
+
+// refund credits cost to an existing bucket, capped at the capacity, after
+// refilling it to now. Exact: the tokens a take removed are put back, and
+// the cap only drops what the bucket would have refilled anyway.
+func (b BucketState) refund(s Spec, now, cost int64) (State, time.Duration, bool) {
+	if !b.Valid {
+		return State{}, 0, false // a missing bucket is full
+	}
+	st := b.Refill(s, now)
+	st.Tokens = math.Min(float64(s.Capacity()), st.Tokens+float64(cost))
+	return State{Algorithm: TokenBucket, Bucket: st}, s.TTL(), true
 }
 
 func ceilMicros(sec float64) time.Duration {

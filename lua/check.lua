@@ -1,27 +1,87 @@
--- check.lua: all-or-nothing take over the buckets of ONE subject.
+-- check.lua: all-or-nothing take over the keys of ONE subject, each key
+-- with its own algorithm.
 --
--- KEYS[i]  bucket key; all keys share a hash tag, so one slot.
+-- KEYS[i]  the key of one limit; all keys share a hash tag, so one slot.
+--          Each algorithm keeps its whole state in its one key (a hash, or
+--          a sorted set for the log), so the script touches only KEYS.
 -- ARGV     5 values per key, in key order:
---          algo code ("tb"), limit, period_ms, burst (0 = limit), cost.
+--          algo code, limit, period_ms, burst (0 = limit), cost.
+--          Codes: tb (token bucket), gcra, swl (sliding window log),
+--          swc (sliding window counter), fw (fixed window).
 --
--- Phase 1 checks every key; phase 2 commits every key, and only runs when
--- every key admits its cost. A denial writes nothing, so a denied request
--- neither spends tokens nor extends any TTL.
+-- Phase 1 checks every key and writes nothing; phase 2 commits every key,
+-- and only runs when every key admits its cost. A denial writes nothing,
+-- so a denied request neither spends tokens nor extends any TTL, whatever
+-- mix of algorithms the subject has.
 --
 -- Returns {allowed (1/0), then per key: remaining, retry_us, reset_us}:
---   remaining  whole tokens after the take (current tokens if the group
+--   remaining  whole tokens left after the take (without it if the group
 --              was denied, as nothing was taken)
 --   retry_us   0 if this key alone admits cost now, -1 if never
---              (cost > burst), else microseconds until it would
---   reset_us   microseconds until the bucket is full
+--              (cost > capacity), else microseconds until it would
+--   reset_us   microseconds until the key is back to its fresh state
+--              (bucket full, window or log empty)
 --
--- The maths is the twin of algorithm.BucketState (Refill, Check, TTL):
--- same state, same formulas in the same order, so the IEEE doubles agree.
+-- The maths is the twin of package algorithm (Decide and the State types'
+-- doc comments): same state, same formulas in the same order, so integer
+-- maths agrees exactly and IEEE doubles agree bit for bit.
 
 -- Redis' own clock, so client clock skew cannot mint tokens. Microseconds
 -- fit a double exactly (< 2^53).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+-- idiv is floor(a / b) for integer-valued doubles below 2^53, corrected
+-- for the rounding of the float division, so it equals Go's integer maths.
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+local function ceil_div(a, b)
+  return -idiv(-a, b)
+end
+
+-- The TTL in ms for a key needed us more microseconds, plus a grace second
+-- (algorithm.ttlMicros).
+local function ttl_ms(us)
+  return ceil_div(math.max(us, 0), 1000) + 1000
+end
+
+-- An integer as its exact decimal: tostring() keeps only 14 digits.
+local function fmt(n)
+  return string.format('%.0f', n)
+end
+
+-- read runs a read command on a key. A key of another Redis type means a
+-- policy changed this limit's algorithm: it reads as missing (stale = true)
+-- and commit replaces it, as the in-process store does.
+local function read(...)
+  local r = redis.pcall(...)
+  if type(r) == 'table' and r.err then
+    if string.find(r.err, 'WRONGTYPE', 1, true) then
+      return nil, true
+    end
+    error(r.err)
+  end
+  return r, false
+end
+
+-- The window of now (algorithm.windowAt): index and time elapsed in it. A
+-- stored window later than now's (the clock stepped back) stays current,
+-- at its start, so counts are never forgotten early.
+local function window_at(w, stored)
+  local idx = idiv(now, w)
+  if stored ~= nil and stored > idx then
+    return stored, 0
+  end
+  return idx, now - idx * w
+end
 
 local function params(i)
   local b = (i - 1) * 5
@@ -41,30 +101,35 @@ local function params(i)
   if p.burst == 0 then
     p.burst = p.limit
   end
-  -- Go computes Limit / Period.Seconds(), and Seconds() is whole seconds
-  -- plus nanoseconds/1e9. Doing the same keeps the rate bit-identical.
-  local whole = math.floor(p.period_ms / 1000)
-  local secs = whole + ((p.period_ms - whole * 1000) * 1000000) / 1e9
-  p.rate = p.limit / secs
-  p.ttl_ms = math.ceil(p.burst / p.rate * 1000) + 1000
+  p.window = p.period_ms * 1000
   return p
 end
 
 -- Each algorithm has:
---   check(key, p)           read and refill the state, decide; no writes.
+--   check(key, p)           read the state and decide; no writes.
 --                           Returns ok and a state table for the others.
---   commit(key, p, st)      write the state after taking p.cost.
+--   commit(key, p, st)      write the state after taking p.cost, and the
+--                           TTL after which the idle key is fresh again.
 --   report(p, st, taken)    remaining, retry_us, reset_us; taken says
 --                           whether the whole group was admitted, so a
 --                           key that alone would pass still reports its
---                           untouched tokens when another key denied.
--- New algorithms add an entry here.
+--                           untouched state when another key denied.
+-- st.ok is set to check's answer before report runs.
 local algos = {}
 
+-- Token bucket: algorithm.BucketState.
 algos.tb = {
   check = function(key, p)
-    local h = redis.call('HMGET', key, 'tokens', 'ts')
-    local tokens, ts = tonumber(h[1]), tonumber(h[2])
+    -- Go computes Limit / Period.Seconds(), and Seconds() is whole seconds
+    -- plus nanoseconds/1e9. Doing the same keeps the rate bit-identical.
+    local whole = math.floor(p.period_ms / 1000)
+    local secs = whole + ((p.period_ms - whole * 1000) * 1000000) / 1e9
+    p.rate = p.limit / secs
+    local h, stale = read('HMGET', key, 'tokens', 'ts')
+    local tokens, ts
+    if h then
+      tokens, ts = tonumber(h[1]), tonumber(h[2])
+    end
     if tokens == nil or ts == nil then
       tokens, ts = p.burst, now -- a missing bucket is full
     else
@@ -77,13 +142,16 @@ algos.tb = {
         ts = now
       end
     end
-    return tokens >= p.cost, { tokens = tokens, ts = ts }
+    return tokens >= p.cost, { tokens = tokens, ts = ts, stale = stale }
   end,
   commit = function(key, p, st)
+    if st.stale then
+      redis.call('DEL', key)
+    end
     -- Numbers passed to redis.call are formatted with 17 significant
     -- digits, so the stored float round-trips exactly.
     redis.call('HSET', key, 'tokens', st.tokens - p.cost, 'ts', st.ts)
-    redis.call('PEXPIRE', key, p.ttl_ms)
+    redis.call('PEXPIRE', key, math.ceil(p.burst / p.rate * 1000) + 1000)
   end,
   report = function(p, st, taken)
     local retry = 0
@@ -100,24 +168,247 @@ algos.tb = {
   end,
 }
 
+-- GCRA: algorithm.GCRAState. Integer maths: T = ceil(period/limit) us,
+-- tau = burst * T (< 2^53, checked by algorithm.Spec.Validate).
+algos.gcra = {
+  check = function(key, p)
+    local T = math.max(ceil_div(p.window, p.limit), 1)
+    local h, stale = read('HGET', key, 'tat')
+    local stored = tonumber(h)
+    local tat = now
+    if stored ~= nil and stored > now then
+      tat = stored -- a clock that steps back leaves TAT ahead: never mints
+    end
+    local st = { T = T, tau = p.burst * T, tat = tat, stale = stale }
+    if p.cost > p.burst then
+      return false, st
+    end
+    st.next = tat + p.cost * T
+    return st.next - now <= st.tau, st
+  end,
+  commit = function(key, p, st)
+    if st.stale then
+      redis.call('DEL', key)
+    end
+    redis.call('HSET', key, 'tat', fmt(st.next))
+    redis.call('PEXPIRE', key, ttl_ms(st.tau))
+  end,
+  report = function(p, st, taken)
+    local retry = 0
+    if p.cost > p.burst then
+      retry = -1
+    elseif not st.ok then
+      retry = st.next - st.tau - now
+    end
+    local ahead = st.tat - now
+    if taken then
+      ahead = st.next - now
+    end
+    return idiv(math.max(st.tau - ahead, 0), st.T), retry, ahead
+  end,
+}
+
+-- Sliding window log: algorithm.LogState. A sorted set, one member per
+-- admitted token, scored by its timestamp; members are a zero-padded
+-- sequence number (unique, and ordered like the scores, since timestamps
+-- never go back), so the newest member tells the next one.
+algos.swl = {
+  check = function(key, p)
+    local cut = now - p.window -- entries scored <= cut have left the window
+    local n, stale = read('ZCOUNT', key, '(' .. fmt(cut), '+inf')
+    local st = { n = n or 0, at = now, seq = 0, stale = stale, cut = cut }
+    if not stale then
+      local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+      if last[1] then
+        local newest = tonumber(last[2])
+        st.seq = tonumber(last[1]) + 1
+        st.at = math.max(now, newest)
+        if st.n > 0 then
+          st.newest = newest
+        end
+      end
+    end
+    local ok = p.cost <= p.limit and st.n + p.cost <= p.limit
+    if not ok and p.cost <= p.limit then
+      -- The (n + cost - limit)-th oldest live entry must leave first.
+      local k = st.n + p.cost - p.limit
+      local e = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(cut), '+inf', 'WITHSCORES', 'LIMIT', k - 1, 1)
+      st.frees = tonumber(e[2]) + p.window
+    end
+    return ok, st
+  end,
+  commit = function(key, p, st)
+    if st.stale then
+      redis.call('DEL', key)
+    end
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(st.cut))
+    -- ZADD in batches: unpack() is bounded by the Lua C stack.
+    local args, score = {}, fmt(st.at)
+    for j = 0, p.cost - 1 do
+      args[#args + 1] = score
+      args[#args + 1] = string.format('%015.0f', st.seq + j)
+      if #args >= 1000 or j == p.cost - 1 then
+        redis.call('ZADD', key, unpack(args))
+        args = {}
+      end
+    end
+    local newest = st.newest
+    if p.cost > 0 then
+      newest = st.at
+    end
+    local ttl = ttl_ms(0)
+    if newest ~= nil then
+      ttl = ttl_ms(newest + p.window - now)
+    end
+    redis.call('PEXPIRE', key, ttl)
+  end,
+  report = function(p, st, taken)
+    local retry = 0
+    if p.cost > p.limit then
+      retry = -1
+    elseif not st.ok then
+      retry = st.frees - now
+    end
+    local reset = 0
+    if st.newest ~= nil then
+      reset = st.newest + p.window - now
+    end
+    if taken then
+      if p.cost > 0 then
+        reset = st.at + p.window - now
+      end
+      return p.limit - st.n - p.cost, retry, reset
+    end
+    return math.max(p.limit - st.n, 0), retry, reset
+  end,
+}
+
+-- Sliding window counter: algorithm.CounterState.
+algos.swc = {
+  check = function(key, p)
+    local w = p.window
+    local h, stale = read('HMGET', key, 'swc_win', 'swc_curr', 'swc_prev')
+    local win, curr, prev
+    if h then
+      win, curr, prev = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
+    end
+    local valid = win ~= nil and curr ~= nil and prev ~= nil
+    local idx, e = window_at(w, valid and win or nil)
+    if not valid or win < idx - 1 then
+      curr, prev = 0, 0
+    elseif win == idx - 1 then
+      curr, prev = 0, curr
+    end
+    local est = curr + prev * ((w - e) / w)
+    local st = { idx = idx, e = e, curr = curr, prev = prev, est = est, stale = stale }
+    return p.cost <= p.limit and est + p.cost <= p.limit, st
+  end,
+  commit = function(key, p, st)
+    if st.stale then
+      redis.call('DEL', key)
+    end
+    redis.call('HSET', key, 'swc_win', fmt(st.idx), 'swc_curr', fmt(st.curr + p.cost), 'swc_prev', fmt(st.prev))
+    redis.call('PEXPIRE', key, ttl_ms(2 * p.window - st.e))
+  end,
+  report = function(p, st, taken)
+    local w, e = p.window, st.e
+    local retry = 0
+    if p.cost > p.limit then
+      retry = -1
+    elseif not st.ok then
+      if st.curr + p.cost <= p.limit then
+        -- Solve curr + prev * (w - e') / w = limit - cost for e'.
+        local at = w - (p.limit - p.cost - st.curr) * w / st.prev
+        retry = math.ceil(at - e)
+      else
+        -- Next window: curr becomes prev. Solve curr * (w - e') / w = limit - cost.
+        local at = w - (p.limit - p.cost) * w / st.curr
+        retry = math.ceil((w - e) + at)
+      end
+    end
+    local curr, left = st.curr, math.max(math.floor(p.limit - st.est), 0)
+    if taken then
+      curr = curr + p.cost
+      left = math.max(math.floor(p.limit - st.est - p.cost), 0)
+    end
+    local reset = 0
+    if curr > 0 then
+      reset = 2 * w - e
+    elseif st.prev > 0 then
+      reset = w - e
+    end
+    return left, retry, reset
+  end,
+}
+
+-- Fixed window: algorithm.WindowState.
+algos.fw = {
+  check = function(key, p)
+    local w = p.window
+    local h, stale = read('HMGET', key, 'fw_win', 'fw_n')
+    local win, n
+    if h then
+      win, n = tonumber(h[1]), tonumber(h[2])
+    end
+    local valid = win ~= nil and n ~= nil
+    local idx = window_at(w, valid and win or nil)
+    if not valid or win ~= idx then
+      n = 0
+    end
+    local st = { idx = idx, n = n, to_end = (idx + 1) * w - now, stale = stale }
+    return p.cost <= p.limit and n + p.cost <= p.limit, st
+  end,
+  commit = function(key, p, st)
+    if st.stale then
+      redis.call('DEL', key)
+    end
+    redis.call('HSET', key, 'fw_win', fmt(st.idx), 'fw_n', fmt(st.n + p.cost))
+    redis.call('PEXPIRE', key, ttl_ms(st.to_end))
+  end,
+  report = function(p, st, taken)
+    local retry = 0
+    if p.cost > p.limit then
+      retry = -1
+    elseif not st.ok then
+      retry = st.to_end
+    end
+    local n, left = st.n, math.max(p.limit - st.n, 0)
+    if taken then
+      n = n + p.cost
+      left = p.limit - n
+    end
+    local reset = 0
+    if n > 0 then
+      reset = st.to_end
+    end
+    return left, retry, reset
+  end,
+}
+
 local n = #KEYS
 if #ARGV ~= n * 5 then
   return redis.error_reply('ERR allot: want 5 ARGV per key, got ' .. #ARGV .. ' for ' .. n .. ' keys')
 end
 
-local ps, states, allowed = {}, {}, true
+-- Validate every key's arguments before reading any.
+local ps = {}
 for i = 1, n do
   local p = params(i)
   if p.err then
     return p
   end
-  local a = algos[p.algo]
-  if a == nil then
+  if algos[p.algo] == nil then
     return redis.error_reply('ERR allot: unknown algorithm ' .. tostring(p.algo))
   end
-  local ok, st = a.check(KEYS[i], p)
+  ps[i] = p
+end
+
+local states, allowed = {}, true
+for i = 1, n do
+  local ok, st = algos[ps[i].algo].check(KEYS[i], ps[i])
+  st.ok = ok
   allowed = allowed and ok
-  ps[i], states[i] = p, st
+  states[i] = st
 end
 
 local reply = { allowed and 1 or 0 }

@@ -2,13 +2,63 @@
 -- because another subject's group denied the same request.
 --
 -- KEYS and ARGV as check.lua (algo, limit, period_ms, burst, cost per key).
--- Each existing bucket is refilled to now, credited cost (capped at burst)
--- and written back. A missing bucket is full already: nothing to do.
+-- Each key is credited cost as its algorithm allows (algorithm.Refund; the
+-- State types' doc comments say what is exact):
+--   tb    refill to now, add cost (capped at burst); refreshes the TTL
+--   gcra  move TAT back by cost*T, not before now; refreshes the TTL
+--   swl   remove the cost newest entries
+--   swc   subtract cost from this window's count, the rest from the last
+--   fw    subtract cost, if the window is still the current one
+-- A missing key is fresh already: nothing to do, nothing created.
 --
--- Returns the number of buckets credited.
+-- Returns the number of keys credited.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+-- idiv, ceil_div, ttl_ms, fmt, read, window_at: as in check.lua.
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+local function ceil_div(a, b)
+  return -idiv(-a, b)
+end
+
+local function ttl_ms(us)
+  return ceil_div(math.max(us, 0), 1000) + 1000
+end
+
+local function fmt(n)
+  return string.format('%.0f', n)
+end
+
+-- A key of another type (the limit's algorithm changed since the take)
+-- has nothing of this take to give back: it reads as missing.
+local function read(...)
+  local r = redis.pcall(...)
+  if type(r) == 'table' and r.err then
+    if string.find(r.err, 'WRONGTYPE', 1, true) then
+      return nil
+    end
+    error(r.err)
+  end
+  return r
+end
+
+local function window_at(w, stored)
+  local idx = idiv(now, w)
+  if stored ~= nil and stored > idx then
+    return stored, 0
+  end
+  return idx, now - idx * w
+end
 
 local function params(i)
   local b = (i - 1) * 5
@@ -28,37 +78,98 @@ local function params(i)
   if p.burst == 0 then
     p.burst = p.limit
   end
-  -- Same rate and TTL maths as check.lua (see there).
-  local whole = math.floor(p.period_ms / 1000)
-  local secs = whole + ((p.period_ms - whole * 1000) * 1000000) / 1e9
-  p.rate = p.limit / secs
-  p.ttl_ms = math.ceil(p.burst / p.rate * 1000) + 1000
+  p.window = p.period_ms * 1000
   return p
 end
 
 local algos = {}
 
-algos.tb = {
-  refund = function(key, p)
-    local h = redis.call('HMGET', key, 'tokens', 'ts')
-    local tokens, ts = tonumber(h[1]), tonumber(h[2])
-    if tokens == nil or ts == nil then
-      return 0
-    end
-    local elapsed = now - ts
-    if elapsed < 0 then
-      elapsed = 0
-    end
-    tokens = math.min(p.burst, tokens + elapsed * p.rate / 1e6)
-    if now > ts then
-      ts = now
-    end
-    tokens = math.min(p.burst, tokens + p.cost)
-    redis.call('HSET', key, 'tokens', tokens, 'ts', ts)
-    redis.call('PEXPIRE', key, p.ttl_ms)
-    return 1
-  end,
-}
+algos.tb = function(key, p)
+  -- Same rate and TTL maths as check.lua (see there).
+  local whole = math.floor(p.period_ms / 1000)
+  local secs = whole + ((p.period_ms - whole * 1000) * 1000000) / 1e9
+  local rate = p.limit / secs
+  local h = read('HMGET', key, 'tokens', 'ts')
+  if h == nil then
+    return 0
+  end
+  local tokens, ts = tonumber(h[1]), tonumber(h[2])
+  if tokens == nil or ts == nil then
+    return 0
+  end
+  local elapsed = now - ts
+  if elapsed < 0 then
+    elapsed = 0
+  end
+  tokens = math.min(p.burst, tokens + elapsed * rate / 1e6)
+  if now > ts then
+    ts = now
+  end
+  tokens = math.min(p.burst, tokens + p.cost)
+  redis.call('HSET', key, 'tokens', tokens, 'ts', ts)
+  redis.call('PEXPIRE', key, math.ceil(p.burst / rate * 1000) + 1000)
+  return 1
+end
+
+algos.gcra = function(key, p)
+  local tat = tonumber(read('HGET', key, 'tat'))
+  if tat == nil then
+    return 0
+  end
+  local T = math.max(ceil_div(p.window, p.limit), 1)
+  -- Capping cost at burst changes nothing (TAT is never more than
+  -- burst*T ahead) and mirrors the Go overflow guard.
+  tat = math.max(tat - math.min(p.cost, p.burst) * T, now)
+  redis.call('HSET', key, 'tat', fmt(tat))
+  redis.call('PEXPIRE', key, ttl_ms(p.burst * T))
+  return 1
+end
+
+algos.swl = function(key, p)
+  local n = read('ZCARD', key)
+  if n == nil or n == 0 then
+    return 0
+  end
+  if p.cost > 0 then
+    redis.call('ZPOPMAX', key, p.cost)
+  end
+  return 1
+end
+
+algos.swc = function(key, p)
+  local h = read('HMGET', key, 'swc_win', 'swc_curr', 'swc_prev')
+  if h == nil then
+    return 0
+  end
+  local win, curr, prev = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
+  if win == nil or curr == nil or prev == nil then
+    return 0
+  end
+  local idx = window_at(p.window, win)
+  if win < idx - 1 then
+    curr, prev = 0, 0
+  elseif win == idx - 1 then
+    curr, prev = 0, curr
+  end
+  local from_curr = math.min(curr, p.cost)
+  curr = curr - from_curr
+  prev = prev - math.min(prev, p.cost - from_curr)
+  redis.call('HSET', key, 'swc_win', fmt(idx), 'swc_curr', fmt(curr), 'swc_prev', fmt(prev))
+  return 1
+end
+
+algos.fw = function(key, p)
+  local h = read('HMGET', key, 'fw_win', 'fw_n')
+  if h == nil then
+    return 0
+  end
+  local win, n = tonumber(h[1]), tonumber(h[2])
+  if win == nil or n == nil or win ~= window_at(p.window, win) then
+    return 0
+  end
+  redis.call('HSET', key, 'fw_n', fmt(n - math.min(n, p.cost)))
+  return 1
+end
 
 local n = #KEYS
 if #ARGV ~= n * 5 then
@@ -80,6 +191,6 @@ end
 
 local credited = 0
 for i = 1, n do
-  credited = credited + algos[ps[i].algo].refund(KEYS[i], ps[i])
+  credited = credited + algos[ps[i].algo](KEYS[i], ps[i])
 end
 return credited

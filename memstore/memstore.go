@@ -1,10 +1,13 @@
 // Package memstore is the in-process store of standalone mode: the same
-// algorithms as the Redis scripts, over a sharded map, with an injected
-// clock. It never talks to the network.
+// algorithms as the Redis scripts (algorithm.Decide and algorithm.Refund,
+// the twins of check.lua and refund.lua), over a sharded map, with an
+// injected clock. It never talks to the network.
 package memstore
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"hash/maphash"
 	"strings"
 	"sync"
@@ -19,7 +22,7 @@ const shards = 64
 // buckets: memory follows active keys without a background goroutine.
 const sweepEvery = 4096
 
-// Store holds buckets in memory. A group's keys share a hash tag and so a
+// Store holds each key's algorithm state in memory. A group's keys share a hash tag and so a
 // shard, as they share a slot in Redis Cluster: one lock makes the group
 // atomic.
 type Store struct {
@@ -35,8 +38,8 @@ type shard struct {
 }
 
 type entry struct {
-	state   algorithm.BucketState
-	expires int64 // microseconds; idle after this, the bucket is full again
+	state   algorithm.State
+	expires int64 // microseconds; idle after this, the key is fresh again
 }
 
 // New returns a store reading time from now; nil means the wall clock.
@@ -78,13 +81,40 @@ func hashTag(key string) string {
 	return key
 }
 
-// Take takes every group all-or-nothing.
+// Take takes every group all-or-nothing. A group with an invalid item
+// (algorithm.Spec.Validate, a negative cost, a key twice) is an error, as
+// in package region, and nothing of any group is taken.
 func (s *Store) Take(_ context.Context, groups []algorithm.Group) ([]algorithm.Result, error) {
+	if err := validate(groups); err != nil {
+		return nil, fmt.Errorf("memstore: take: %w", err)
+	}
 	out := make([]algorithm.Result, len(groups))
 	for gi, g := range groups {
 		out[gi] = s.take(g)
 	}
 	return out, nil
+}
+
+func validate(groups []algorithm.Group) error {
+	var errs []error
+	for gi, g := range groups {
+		for i, it := range g {
+			if err := it.Spec.Validate(); err != nil {
+				errs = append(errs, fmt.Errorf("group %d key %q: %w", gi, it.Key, err))
+			}
+			if it.Cost < 0 {
+				errs = append(errs, fmt.Errorf("group %d key %q: cost %d must not be negative", gi, it.Key, it.Cost))
+			}
+			for _, prev := range g[:i] {
+				if prev.Key == it.Key {
+					// Both items would be decided on the same state and the
+					// second write would hide the first take.
+					errs = append(errs, fmt.Errorf("group %d: key %q appears twice", gi, it.Key))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (s *Store) take(g algorithm.Group) algorithm.Result {
@@ -97,36 +127,28 @@ func (s *Store) take(g algorithm.Group) algorithm.Result {
 	defer sh.mu.Unlock()
 	now := s.now()
 	sh.maybeSweep(now)
-	states := make([]algorithm.BucketState, len(g))
-	for i, it := range g {
-		var st algorithm.BucketState
-		if e, ok := sh.buckets[it.Key]; ok && e.expires > now {
-			st = e.state
-		}
-		states[i] = st.Refill(it.Spec, now)
-		ok, r := states[i].Check(it.Spec, it.Cost)
-		res.Items[i] = r
-		res.Allowed = res.Allowed && ok
-	}
-	if !res.Allowed {
-		// Nothing is written on a denial, as in the script; remaining is
-		// what the bucket holds without this request.
-		for i, it := range g {
-			_, r := states[i].Check(it.Spec, 0)
-			res.Items[i].Remaining, res.Items[i].ResetAfter = r.Remaining, r.ResetAfter
-		}
-		return res
+	var small [4]algorithm.Decision
+	ds := small[:0]
+	for _, it := range g {
+		d := algorithm.Decide(it.Spec, sh.get(it.Key, now), now, it.Cost)
+		res.Allowed = res.Allowed && d.OK
+		ds = append(ds, d)
 	}
 	for i, it := range g {
-		st := states[i]
-		st.Tokens -= float64(it.Cost)
-		sh.put(it.Key, st, now+it.Spec.TTL().Microseconds())
+		if res.Allowed {
+			sh.put(it.Key, ds[i].Next, now+ds[i].TTL.Microseconds())
+		}
+		// Nothing is written on a denial, as in the script.
+		res.Items[i] = ds[i].Result(res.Allowed)
 	}
 	return res
 }
 
 // Refund gives back what a successful take of each group took.
 func (s *Store) Refund(_ context.Context, groups []algorithm.Group) error {
+	if err := validate(groups); err != nil {
+		return fmt.Errorf("memstore: refund: %w", err)
+	}
 	for _, g := range groups {
 		if len(g) == 0 {
 			continue
@@ -137,18 +159,32 @@ func (s *Store) Refund(_ context.Context, groups []algorithm.Group) error {
 		for _, it := range g {
 			e, ok := sh.buckets[it.Key]
 			if !ok || e.expires <= now {
-				continue // gone idle: it is full
+				continue // gone idle: it is fresh
 			}
-			st := e.state.Refill(it.Spec, now)
-			st.Tokens = min(float64(it.Spec.Capacity()), st.Tokens+float64(it.Cost))
-			sh.put(it.Key, st, now+it.Spec.TTL().Microseconds())
+			next, ttl, ok := algorithm.Refund(it.Spec, e.state, now, it.Cost)
+			if !ok {
+				continue
+			}
+			expires := e.expires
+			if ttl > 0 {
+				expires = now + ttl.Microseconds()
+			}
+			sh.put(it.Key, next, expires)
 		}
 		sh.mu.Unlock()
 	}
 	return nil
 }
 
-func (sh *shard) put(key string, st algorithm.BucketState, expires int64) {
+// get returns the live state at key, or the zero State.
+func (sh *shard) get(key string, now int64) algorithm.State {
+	if e, ok := sh.buckets[key]; ok && e.expires > now {
+		return e.state
+	}
+	return algorithm.State{}
+}
+
+func (sh *shard) put(key string, st algorithm.State, expires int64) {
 	if e, ok := sh.buckets[key]; ok {
 		e.state, e.expires = st, expires
 		return

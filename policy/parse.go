@@ -138,6 +138,7 @@ func (v *validator) policy(i int, p *Policy) {
 	names := map[string]bool{}
 	for j := range p.Limits {
 		v.limit(id, j, &p.Limits[j], names)
+		v.limitFits(id, j, &p.Limits[j], p.Precision == PrecisionLeased)
 	}
 	oneOf(v, id, "precision", p.Precision, PrecisionExact, PrecisionLeased)
 	oneOf(v, id, "mode", p.Mode, ModeEnforce, ModeShadow)

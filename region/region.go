@@ -270,16 +270,12 @@ func scriptArgs(g algorithm.Group) ([]string, []any, error) {
 	tag := hashTag(g[0].Key)
 	seen := make(map[string]bool, len(g))
 	for i, it := range g {
-		code := it.Spec.Algorithm.Code()
+		// Validate also rejects sub-millisecond periods: the scripts take
+		// milliseconds, and Redis and package algorithm would disagree.
+		if err := it.Spec.Validate(); err != nil {
+			return nil, nil, fmt.Errorf("key %q: %w", it.Key, err)
+		}
 		switch {
-		case code == "":
-			return nil, nil, fmt.Errorf("key %q: algorithm %v has no script", it.Key, it.Spec.Algorithm)
-		case it.Spec.Limit <= 0:
-			return nil, nil, fmt.Errorf("key %q: limit %d must be positive", it.Key, it.Spec.Limit)
-		case it.Spec.Period <= 0 || it.Spec.Period%time.Millisecond != 0:
-			// The scripts take milliseconds; a sub-millisecond period would
-			// make Redis and algorithm.Spec.Rate disagree.
-			return nil, nil, fmt.Errorf("key %q: period %v must be a positive whole number of milliseconds", it.Key, it.Spec.Period)
 		case it.Cost < 0:
 			return nil, nil, fmt.Errorf("key %q: cost %d must not be negative", it.Key, it.Cost)
 		case seen[it.Key]:
@@ -293,7 +289,7 @@ func scriptArgs(g algorithm.Group) ([]string, []any, error) {
 		}
 		seen[it.Key] = true
 		keys[i] = it.Key
-		args = append(args, code, it.Spec.Limit, it.Spec.Period.Milliseconds(), it.Spec.Capacity(), it.Cost)
+		args = append(args, it.Spec.Algorithm.Code(), it.Spec.Limit, it.Spec.Period.Milliseconds(), it.Spec.Capacity(), it.Cost)
 	}
 	return keys, args, nil
 }

@@ -1,0 +1,55 @@
+package policy
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestEveryAlgorithmSpellingLoads(t *testing.T) {
+	set := load(t, `
+policies:
+  - id: all
+    limits:
+      - {name: a, algorithm: token_bucket, limit: 5, period: 1s, burst: 10}
+      - {name: b, algorithm: gcra, limit: 5, period: 1s, burst: 10}
+      - {name: c, algorithm: sliding_window_log, limit: 5, period: 1m}
+      - {name: d, algorithm: sliding_window_counter, limit: 1000, period: 1m}
+      - {name: e, algorithm: fixed_window, limit: 100000, period: 24h}
+`)
+	require.Equal(t, 1, set.Len())
+}
+
+func TestAlgorithmRules(t *testing.T) {
+	_, err := Load("p.yaml", []byte(`
+policies:
+  - id: leased-window
+    precision: leased
+    limits:
+      - {name: ok, algorithm: gcra, limit: 5, period: 1s}
+      - {name: day, algorithm: fixed_window, limit: 5, period: 24h}
+      - {name: otp, algorithm: sliding_window_log, limit: 20000, period: 1m}
+      - {name: sw, algorithm: sliding_window_counter, limit: 5, period: 1m, burst: 9}
+      - {name: ms, algorithm: token_bucket, limit: 5, period: 1500us}
+  - id: exact-window
+    precision: exact
+    limits:
+      - {name: day, algorithm: fixed_window, limit: 5, period: 24h}
+`))
+	var ve *ValidationError
+	require.True(t, errors.As(err, &ve), "%v", err)
+	got := map[string]string{}
+	for _, p := range ve.Problems {
+		got[p.Policy+" "+p.Field] += p.Msg + "; "
+	}
+	assert.Contains(t, got["leased-window limits[1].algorithm"], "fixed_window cannot be leased")
+	assert.Contains(t, got["leased-window limits[2].algorithm"], "sliding_window_log cannot be leased")
+	assert.Contains(t, got["leased-window limits[2].algorithm"], "limit 20000 is above 10000")
+	assert.Contains(t, got["leased-window limits[3].algorithm"], "has no burst")
+	assert.Contains(t, got["leased-window limits[4].algorithm"], "whole number of milliseconds")
+	assert.NotContains(t, got, "leased-window limits[0].algorithm", "gcra can be leased")
+	assert.NotContains(t, got, "exact-window limits[0].algorithm", "exact precision takes any algorithm")
+	assert.Len(t, ve.Problems, 6, "%v", err)
+}
