@@ -9,6 +9,8 @@ all: build
 build:
 	go build -o bin/allot-node ./cmd/node
 	go build -o bin/allot-coordinator ./cmd/coordinator
+	go build -o bin/allot-load ./cmd/allot-load
+	go build -o bin/allotctl ./cmd/allotctl
 
 # The main job: a standalone node with the example policies.
 run:

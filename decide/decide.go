@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/algorithm"
+	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/policy"
 )
 
@@ -72,6 +73,8 @@ type Decider struct {
 	policies atomic.Pointer[policy.Set]
 	store    Store
 	log      *slog.Logger
+	leases   *lease.Manager // nil: leased policies take the exact path
+	view     atomic.Pointer[leaseView]
 }
 
 // New returns a Decider over store, enforcing set.
@@ -141,19 +144,45 @@ func (d *Decider) Check(ctx context.Context, r *policy.Request) (Decision, error
 		return Decision{Outcome: Allowed}, nil
 	}
 	var p plan
+	var leasedBuf [8]*policy.Compiled
+	leased := leasedBuf[:0]
 	for _, pol := range matched {
+		if d.leasedLimits(set, pol) != nil {
+			leased = append(leased, pol)
+			continue
+		}
 		p.add(pol.Subject(r, tier), pol, cost)
+	}
+	var takes []leasedTake
+	if len(leased) > 0 {
+		var takeBuf [8]leasedTake
+		var denied bool
+		var err error
+		takes, denied, err = d.takeLeased(ctx, set, leased, r, tier, cost, takeBuf[:0])
+		if err != nil {
+			return d.storeFailed(ctx, matched, err)
+		}
+		if denied || len(p.groups) == 0 {
+			// A leased denial decides without asking the store at all.
+			return p.decide(nil, cost, takes), nil
+		}
 	}
 	results, err := d.store.Take(ctx, p.groups)
 	if err != nil {
-		return d.storeFailed(ctx, matched, err)
+		dec, err := d.storeFailed(ctx, matched, err)
+		if err != nil || dec.Outcome == Throttled {
+			d.giveBack(takes)
+		}
+		return dec, err
 	}
 	if len(results) != len(p.groups) {
+		d.giveBack(takes)
 		return Decision{}, fmt.Errorf("store answered %d groups for %d", len(results), len(p.groups))
 	}
-	dec := p.decide(results, cost)
+	dec := p.decide(results, cost, takes)
 	if dec.Outcome == Throttled {
 		d.refund(ctx, &p, results)
+		d.giveBack(takes)
 	}
 	return dec, nil
 }
@@ -176,9 +205,10 @@ func (d *Decider) refund(ctx context.Context, p *plan, results []algorithm.Resul
 	}
 }
 
-func (p *plan) decide(results []algorithm.Result, cost int64) Decision {
+func (p *plan) decide(results []algorithm.Result, cost int64, takes []leasedTake) Decision {
 	var dec Decision
 	var deciding *Status
+	dec.Statuses, dec.Shadow = leasedStatuses(takes)
 	for gi, res := range results {
 		for ii, ir := range res.Items {
 			ref := p.refs[gi][ii]

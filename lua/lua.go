@@ -33,3 +33,22 @@ var Refund = redis.NewScript(refundSrc)
 
 // ArgsPerKey is how many ARGV values each key takes in Check and Refund.
 const ArgsPerKey = 5
+
+var (
+	//go:embed lease.lua
+	leaseSrc string
+	//go:embed return.lua
+	returnSrc string
+)
+
+// Lease is lease.lua: it grants a node tokens from one subject's buckets
+// to spend in memory, all-or-nothing on each key's need. KEYS are the
+// bucket keys; ARGV has 5 values per key (limit, period in ms, burst,
+// need, want). It returns {ok, then granted, left, retry_us, burst, rate
+// per key}; rate is a string.
+var Lease = redis.NewScript(leaseSrc)
+
+// Return is return.lua: it credits back tokens a lease did not spend,
+// decayed by the lease's age. ARGV has 5 values per key (limit, period in
+// ms, burst, unspent, age in µs). It returns the whole tokens credited.
+var Return = redis.NewScript(returnSrc)

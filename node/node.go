@@ -10,17 +10,19 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
+	"sync/atomic"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/allot-dev/allot/decide"
+	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/memstore"
-	"github.com/allot-dev/allot/policy"
+	"github.com/allot-dev/allot/middleware"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 	"github.com/allot-dev/allot/region"
 	"github.com/allot-dev/allot/server"
@@ -30,8 +32,23 @@ import (
 type Config struct {
 	GRPCAddr     string   // listen address, e.g. 127.0.0.1:8081 (":0" picks a port)
 	Redis        []string // region Redis addresses; empty runs standalone
-	PoliciesPath string   // policy file (YAML or JSON)
-	Logger       *slog.Logger
+	PoliciesPath string   // policy file (YAML or JSON); shorthand for StoreURL "file:PATH"
+	// Policy store and admin API (node/policies.go).
+	StoreURL   string // file:PATH, nats://HOST:PORT or postgres://...; watched and hot-reloaded
+	AdminAddr  string // admin API listen address; empty disables
+	AdminToken string // bearer token for admin writes; required off loopback
+	Logger     *slog.Logger
+	// HTTP face and reverse proxy (node/http.go).
+	HTTPAddr     string              // POST /v1/check, /healthz, /readyz; empty disables
+	Upstream     string              // reverse-proxy target URL; empty disables the proxy
+	ProxyAddr    string              // the proxy's listen address (required with Upstream)
+	Identity     middleware.Identity // how the proxy identifies callers
+	CheckTimeout time.Duration       // the proxy's per-request check timeout; 0 means middleware.DefaultTimeout
+	// Lease holds the default lease knobs of `precision: leased` policies
+	// (a policy's lease: block overrides them); zero fields take package
+	// lease's defaults. Leases need Redis: standalone decides leased
+	// policies on the in-process store.
+	Lease lease.Config
 }
 
 // Node is a running node. Close stops it.
@@ -43,7 +60,14 @@ type Node struct {
 	health  *health.Server
 	decider *decide.Decider
 	closers []func() error
-	served  chan error
+	leases  *lease.Manager // nil in standalone mode
+	// policies is the policy store, reloader and admin API (node/policies.go).
+	policies *policySource
+	served   chan error
+	// HTTP (node/http.go).
+	https      []*httpListener
+	httpFailed chan error
+	closing    atomic.Bool // set by Close: /readyz answers 503
 }
 
 // Start loads the policies, connects the store and starts serving. A bad
@@ -53,16 +77,21 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	set, err := loadPolicies(cfg.PoliciesPath)
+	policies, set, err := openPolicies(ctx, &cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: log, served: make(chan error, 1)}
+	n := &Node{cfg: cfg, log: log, served: make(chan error, 1), httpFailed: make(chan error, 1)}
+	n.policies = policies
+	n.closers = append(n.closers, policies.close)
 	store, err := n.openStore(ctx)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, n.closeAll())
 	}
 	n.decider = decide.New(store, set, log)
+	if n.leases != nil {
+		n.decider.UseLeases(n.leases)
+	}
 	lis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
 		n.closeAll()
@@ -74,21 +103,18 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpc, n.health)
 	n.health.SetServingStatus(ratelimitv1.RateLimiterService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	rlsv3.RegisterRateLimitServiceServer(n.grpc, server.NewEnvoy(n.decider, server.EnvoyOptions{}))
 	reflection.Register(n.grpc)
 	go func() { n.served <- n.grpc.Serve(lis) }()
+	if err := n.startHTTP(); err != nil {
+		n.closing.Store(true)
+		n.grpc.Stop()
+		<-n.served
+		return nil, errors.Join(err, n.closeHTTP(context.Background()), n.closeAll())
+	}
+	policies.run(n.decider)
 	log.Info("node serving", "grpc", lis.Addr().String(), "store", n.storeName(), "policies", set.Len())
 	return n, nil
-}
-
-func loadPolicies(path string) (*policy.Set, error) {
-	if path == "" {
-		return policy.Compile("(no policy file)", &policy.File{})
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read policies: %w", err)
-	}
-	return policy.Load(path, data)
 }
 
 func (n *Node) openStore(ctx context.Context) (decide.Store, error) {
@@ -99,7 +125,18 @@ func (n *Node) openStore(ctx context.Context) (decide.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to region redis %v: %w", n.cfg.Redis, err)
 	}
-	n.closers = append(n.closers, st.Close)
+	m, err := lease.New(lease.Options{Source: st, Defaults: n.cfg.Lease, Logger: n.log})
+	if err != nil {
+		_ = st.Close()
+		return nil, fmt.Errorf("lease manager: %w", err)
+	}
+	n.leases = m
+	// The lease manager gives its unspent tokens back before Redis closes.
+	n.closers = append(n.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return errors.Join(m.Close(ctx), st.Close())
+	})
 	return st, nil
 }
 
@@ -122,12 +159,18 @@ func (n *Node) Done() <-chan error { return n.served }
 // Close stops the node gracefully: health goes NOT_SERVING, in-flight
 // calls finish (up to timeout, then they are cut), the store is closed.
 func (n *Node) Close(timeout time.Duration) error {
+	n.closing.Store(true)
 	n.health.Shutdown()
+	// HTTP first, then gRPC, sharing one deadline.
+	httpCtx, cancel := context.WithTimeout(context.Background(), timeout)
+	httpErr := n.closeHTTP(httpCtx)
+	deadline, _ := httpCtx.Deadline()
+	cancel()
 	stopped := make(chan struct{})
 	go func() { n.grpc.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:
-	case <-time.After(timeout):
+	case <-time.After(time.Until(deadline)):
 		n.log.Warn("graceful stop timed out; closing open calls", "timeout", timeout)
 		n.grpc.Stop()
 		<-stopped
@@ -136,7 +179,7 @@ func (n *Node) Close(timeout time.Duration) error {
 	if errors.Is(err, grpc.ErrServerStopped) {
 		err = nil
 	}
-	return errors.Join(err, n.closeAll())
+	return errors.Join(err, httpErr, n.closeAll())
 }
 
 func (n *Node) closeAll() error {

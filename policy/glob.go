@@ -10,31 +10,40 @@ import (
 type glob string
 
 func (g glob) match(s string) bool {
-	parts := strings.Split(string(g), "*")
-	if len(parts) == 1 {
-		return s == string(g)
+	// Walks the pattern in place rather than splitting it: this runs for
+	// every candidate policy of every check and must not allocate.
+	p := string(g)
+	i := strings.IndexByte(p, '*')
+	if i < 0 {
+		return s == p
 	}
-	if !strings.HasPrefix(s, parts[0]) {
+	if !strings.HasPrefix(s, p[:i]) {
 		return false
 	}
-	s = s[len(parts[0]):]
-	last := parts[len(parts)-1]
-	for _, mid := range parts[1 : len(parts)-1] {
-		i := strings.Index(s, mid)
-		if i < 0 {
+	s, p = s[i:], p[i+1:]
+	for {
+		j := strings.IndexByte(p, '*')
+		if j < 0 {
+			return strings.HasSuffix(s, p)
+		}
+		k := strings.Index(s, p[:j])
+		if k < 0 {
 			return false
 		}
-		s = s[i+len(mid):]
+		s, p = s[k+j:], p[j+1:]
 	}
-	return strings.HasSuffix(s, last)
 }
 
 // costTable resolves a request's route cost: an exact "METHOD /path",
 // then an exact "/path", then the globs, most specific (longest) first.
 type costTable struct {
-	exact map[string]int64 // key: "METHOD /path" or " /path"
+	exact map[costKey]int64 // method "" for any method
+
 	globs []costGlob
 }
+
+// costKey is a struct, not "METHOD /path", so a lookup builds no string.
+type costKey struct{ method, path string }
 
 type costGlob struct {
 	method string
@@ -43,7 +52,7 @@ type costGlob struct {
 }
 
 func compileCosts(m map[string]int64) costTable {
-	t := costTable{exact: map[string]int64{}}
+	t := costTable{exact: map[costKey]int64{}}
 	for pattern, cost := range m {
 		method, path, err := parseCostPattern(pattern)
 		if err != nil {
@@ -53,7 +62,7 @@ func compileCosts(m map[string]int64) costTable {
 			t.globs = append(t.globs, costGlob{method, glob(path), cost})
 			continue
 		}
-		t.exact[method+" "+path] = cost
+		t.exact[costKey{method, path}] = cost
 	}
 	// Map order is random; sort so the same file always resolves the same way.
 	sort.Slice(t.globs, func(i, j int) bool {
@@ -71,10 +80,10 @@ func compileCosts(m map[string]int64) costTable {
 
 func (t *costTable) lookup(method, route string) int64 {
 	if len(t.exact) > 0 {
-		if c, ok := t.exact[method+" "+route]; ok && method != "" {
+		if c, ok := t.exact[costKey{method, route}]; ok && method != "" {
 			return c
 		}
-		if c, ok := t.exact[" "+route]; ok {
+		if c, ok := t.exact[costKey{"", route}]; ok {
 			return c
 		}
 	}

@@ -39,6 +39,8 @@ type Policy struct {
 	Mode           string  `yaml:"mode" json:"mode,omitempty"`
 	Scope          string  `yaml:"scope" json:"scope,omitempty"`
 	OnStoreFailure string  `yaml:"on_store_failure" json:"on_store_failure,omitempty"`
+	// Lease tunes a leased policy's leases; unset knobs take the node's.
+	Lease *LeaseKnobs `yaml:"lease" json:"lease,omitempty"`
 }
 
 // Match selects requests. Every field that is set must hold; an empty

@@ -144,6 +144,7 @@ func (v *validator) policy(i int, p *Policy) {
 	oneOf(v, id, "mode", p.Mode, ModeEnforce, ModeShadow)
 	oneOf(v, id, "scope", p.Scope, ScopeRegion, ScopeGlobal)
 	oneOf(v, id, "on_store_failure", p.OnStoreFailure, FailOpen, FailClosed, FailLocal)
+	v.lease(id, p)
 	if p.Version < 0 {
 		v.add(id, "version", "must be >= 0")
 	}

@@ -32,10 +32,12 @@ type Set struct {
 	policies    []*Compiled
 	// The index: each policy is filed under its most selective exact
 	// matcher, so a lookup reads a few short lists instead of every policy.
-	byTenant map[string][]int
-	byClient map[string][]int
-	byTier   map[string][]int
-	rest     []int
+	// A long list (many route policies of one tier, or without any exact
+	// matcher) is indexed again by route; see candidates.
+	byTenant map[string]*candidates
+	byClient map[string]*candidates
+	byTier   map[string]*candidates
+	rest     *candidates
 }
 
 // Compiled is one validated policy ready to match.
@@ -48,6 +50,7 @@ type Compiled struct {
 	Shadow         bool
 	Global         bool
 	OnStoreFailure string
+	Lease          LeaseKnobs // zero knobs take the node's defaults
 	order          int
 	match          Match
 	route          glob
@@ -74,25 +77,41 @@ func Compile(source string, f *File) (*Set, error) {
 		tenants:     f.Tenants,
 		defaultTier: f.DefaultTier,
 		costs:       compileCosts(f.Costs),
-		byTenant:    map[string][]int{},
-		byClient:    map[string][]int{},
-		byTier:      map[string][]int{},
+		byTenant:    map[string]*candidates{},
+		byClient:    map[string]*candidates{},
+		byTier:      map[string]*candidates{},
+		rest:        &candidates{},
 	}
 	for i := range f.Policies {
 		c := compilePolicy(i, &f.Policies[i])
 		s.policies = append(s.policies, c)
 		switch m := c.match; {
 		case m.Tenant != "":
-			s.byTenant[m.Tenant] = append(s.byTenant[m.Tenant], i)
+			fileUnder(s.byTenant, m.Tenant, i)
 		case m.Client != "":
-			s.byClient[m.Client] = append(s.byClient[m.Client], i)
+			fileUnder(s.byClient, m.Client, i)
 		case m.Tier != "":
-			s.byTier[m.Tier] = append(s.byTier[m.Tier], i)
+			fileUnder(s.byTier, m.Tier, i)
 		default:
-			s.rest = append(s.rest, i)
+			s.rest.list = append(s.rest.list, i)
 		}
 	}
+	for _, m := range [...]map[string]*candidates{s.byTenant, s.byClient, s.byTier} {
+		for _, c := range m {
+			c.index(s.policies)
+		}
+	}
+	s.rest.index(s.policies)
 	return s, nil
+}
+
+func fileUnder(m map[string]*candidates, key string, i int) {
+	c := m[key]
+	if c == nil {
+		c = &candidates{}
+		m[key] = c
+	}
+	c.list = append(c.list, i)
 }
 
 // Load parses, validates and compiles a policy file's bytes.
@@ -116,6 +135,9 @@ func compilePolicy(i int, p *Policy) *Compiled {
 		order:          i,
 		match:          p.Match,
 		route:          glob(p.Match.Route),
+	}
+	if p.Lease != nil {
+		c.Lease = *p.Lease
 	}
 	if c.OnStoreFailure == "" {
 		c.OnStoreFailure = FailOpen
@@ -166,12 +188,8 @@ func (s *Set) Cost(r *Request) int64 {
 // returns it. tier must be s.Tier(r).
 func (s *Set) Match(r *Request, tier string, dst []*Compiled) []*Compiled {
 	start := len(dst)
-	for _, list := range [...][]int{s.byTenant[r.Tenant], s.byClient[r.Client], s.byTier[tier], s.rest} {
-		for _, i := range list {
-			if p := s.policies[i]; p.matches(r, tier) {
-				dst = append(dst, p)
-			}
-		}
+	for _, c := range [...]*candidates{s.byTenant[r.Tenant], s.byClient[r.Client], s.byTier[tier], s.rest} {
+		dst = c.match(s.policies, r, tier, dst)
 	}
 	out := dst[start:]
 	slices.SortFunc(out, func(a, b *Compiled) int { return a.order - b.order })

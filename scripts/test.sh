@@ -22,5 +22,38 @@ fi
 # Tests start their own redis-server processes on free ports; with this set
 # they fail rather than skip when redis-server is missing.
 export ALLOT_REQUIRE_REDIS=1
+
+# PostgreSQL for the policy-store tests (each test creates and drops its own
+# database; see internal/pgtest). Use ALLOT_TEST_POSTGRES or a server at
+# 127.0.0.1:5432 (user postgres, trust auth) when one answers; else, as
+# root, install PostgreSQL, start its cluster and give user postgres a
+# password for TCP logins. ALLOT_REQUIRE_POSTGRES=1 (tests fail rather than
+# skip) is set only once a server answered.
+pg_ok() { command -v psql >/dev/null 2>&1 && PGCONNECT_TIMEOUT=3 psql "$1" -qtAc 'select 1' >/dev/null 2>&1; }
+start_postgres() {
+  if ! command -v pg_ctlcluster >/dev/null 2>&1; then
+    echo "installing postgresql with apt-get" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null || return 1
+  fi
+  if [ -z "$(pg_lsclusters -h 2>/dev/null)" ]; then
+    pg_createcluster "$(ls /usr/lib/postgresql | sort -V | tail -1)" main >/dev/null || return 1
+  fi
+  local ver name port status
+  read -r ver name port status _ < <(pg_lsclusters -h | head -1)
+  if [ "$status" != online ]; then
+    pg_ctlcluster "$ver" "$name" start || return 1
+  fi
+  runuser -u postgres -- psql -p "$port" -qc "ALTER USER postgres PASSWORD 'allot-test'" >/dev/null || return 1
+  pg_url="postgres://postgres:allot-test@127.0.0.1:${port}/postgres?sslmode=disable"
+}
+pg_url="${ALLOT_TEST_POSTGRES:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}"
+if ! pg_ok "$pg_url" && [ -z "${ALLOT_TEST_POSTGRES:-}" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  start_postgres || echo "could not install or start PostgreSQL" >&2
+fi
+if pg_ok "$pg_url"; then
+  export ALLOT_TEST_POSTGRES="$pg_url" ALLOT_REQUIRE_POSTGRES=1
+else
+  echo "PostgreSQL not available: its tests will skip (install postgresql or set ALLOT_TEST_POSTGRES)" >&2
+fi
 go vet ./...
 go test -race -count=1 -timeout 10m ./...

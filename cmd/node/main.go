@@ -1,8 +1,13 @@
-// Command allot-node answers CheckRateLimit over gRPC.
+// Command allot-node answers CheckRateLimit over gRPC, Envoy's
+// RateLimitService on the same listener, and POST /v1/check over HTTP.
 //
 //	allot-node --policies examples/policies.yaml                 # standalone, in-process counters
 //	allot-node --policies p.yaml --redis 10.0.0.1:6379           # region Redis (one instance)
 //	allot-node --policies p.yaml --redis a:7000,b:7001,c:7002    # region Redis Cluster
+//	allot-node --policies p.yaml --upstream http://127.0.0.1:9000 \
+//	    --identity-api-key-header X-API-Key --trusted-proxies 10.0.0.0/8  # reverse proxy on --proxy-addr
+//
+//	allot-node --store nats://127.0.0.1:4222 --admin-addr 127.0.0.1:8070 --admin-token T   # live policies + admin API
 //
 // Every flag can also be set as an ALLOT_ environment variable
 // (--grpc-addr is ALLOT_GRPC_ADDR); the command line wins.
@@ -10,6 +15,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -20,6 +26,8 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/envflag"
+	"github.com/allot-dev/allot/lease"
+	"github.com/allot-dev/allot/middleware"
 	"github.com/allot-dev/allot/node"
 )
 
@@ -34,15 +42,34 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("allot-node", flag.ContinueOnError)
 	grpcAddr := fs.String("grpc-addr", "127.0.0.1:8081", "gRPC listen address")
 	redis := fs.String("redis", "", "comma-separated region Redis addresses; empty runs standalone with in-process counters")
-	policies := fs.String("policies", "", "policy file (YAML or JSON)")
+	policies := fs.String("policies", "", "policy file (YAML or JSON), watched for changes; shorthand for --store file:PATH")
+	store := fs.String("store", "", "policy store, watched for changes: file:PATH, nats://HOST:PORT (JetStream KV allot-policies) or postgres://...")
+	adminAddr := fs.String("admin-addr", "", "admin API listen address (HOST:PORT); empty disables; off loopback it needs --admin-token")
+	adminToken := fs.String("admin-token", "", "bearer token admin API writes must present")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	shutdown := fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight calls may run after SIGTERM")
+	httpAddr := fs.String("http-addr", "127.0.0.1:8080", "HTTP listen address for POST /v1/check, /healthz, /readyz; empty disables")
+	upstream := fs.String("upstream", "", "reverse-proxy mode: forward admitted requests to this http(s) URL")
+	proxyAddr := fs.String("proxy-addr", "127.0.0.1:8090", "listen address of the reverse proxy (with --upstream)")
+	apiKeyHeader := fs.String("identity-api-key-header", "", "proxy: request header holding the API key (client_identifier is its SHA-256 digest)")
+	userHeader := fs.String("identity-user-header", "", "proxy: request header holding the user id (client_identifier when no API key)")
+	tenantHeader := fs.String("identity-tenant-header", "", "proxy: request header holding the tenant id")
+	trusted := fs.String("trusted-proxies", "", "proxy: comma-separated CIDRs whose X-Forwarded-For is believed")
+	checkTimeout := fs.Duration("check-timeout", 20*time.Millisecond, "proxy: per-request check timeout, after which the request fails open")
+	leaseTarget := fs.Duration("lease-target-period", lease.DefaultTargetPeriod, "leased policies: a grant is a key's recent rate times this (longer: fewer Redis calls, more tokens parked per node)")
+	leaseTTL := fs.Duration("lease-ttl", lease.DefaultTTL, "leased policies: leased tokens are void this long after the lease was asked for; overshoot is at most rate x ttl")
+	leaseLow := fs.Float64("lease-low-watermark", lease.DefaultLowWatermark, "leased policies: refill when this fraction of the last grant is left (higher: fewer waits, more held)")
+	leaseShare := fs.Float64("lease-max-share", lease.DefaultMaxShare, "leased policies: one grant is at most this fraction of the burst (lower: fairer between nodes, more calls)")
 	envflag.Usage(fs, "ALLOT_")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := envflag.Apply(fs, "ALLOT_"); err != nil {
 		return err
+	}
+	proxies, err := middleware.ParsePrefixes(*trusted)
+	if err != nil {
+		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -56,7 +83,21 @@ func run(args []string) error {
 		GRPCAddr:     *grpcAddr,
 		Redis:        splitList(*redis),
 		PoliciesPath: *policies,
+		StoreURL:     *store,
+		AdminAddr:    *adminAddr,
+		AdminToken:   *adminToken,
 		Logger:       log,
+		HTTPAddr:     *httpAddr,
+		Upstream:     *upstream,
+		ProxyAddr:    *proxyAddr,
+		Identity: middleware.Identity{
+			APIKeyHeader:   *apiKeyHeader,
+			UserHeader:     *userHeader,
+			TenantHeader:   *tenantHeader,
+			TrustedProxies: proxies,
+		},
+		CheckTimeout: *checkTimeout,
+		Lease:        lease.Config{TargetPeriod: *leaseTarget, TTL: *leaseTTL, LowWatermark: *leaseLow, MaxShare: *leaseShare},
 	})
 	if err != nil {
 		return err
@@ -66,6 +107,9 @@ func run(args []string) error {
 		log.Info("shutting down", "timeout", *shutdown)
 	case err := <-n.Done():
 		return fmt.Errorf("grpc server stopped: %w", err)
+	case err := <-n.HTTPFailed():
+		log.Error("http server stopped; shutting down", "err", err)
+		return errors.Join(err, n.Close(*shutdown))
 	}
 	return n.Close(*shutdown)
 }

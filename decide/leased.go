@@ -1,0 +1,141 @@
+package decide
+
+import (
+	"context"
+	"time"
+
+	"github.com/allot-dev/allot/algorithm"
+	"github.com/allot-dev/allot/lease"
+	"github.com/allot-dev/allot/policy"
+)
+
+// UseLeases routes `precision: leased` policies through m: they are
+// decided from tokens leased to this node instead of one Redis call per
+// check. Without it (standalone mode) leased policies take the exact path
+// on the store. Call it before serving.
+func (d *Decider) UseLeases(m *lease.Manager) {
+	d.leases = m
+	d.view.Store(nil)
+}
+
+// leaseView maps the leased policies of one policy set to their lease
+// limits, built once per set so a check looks nothing up but a map entry.
+type leaseView struct {
+	set    *policy.Set
+	limits map[*policy.Compiled][]*lease.Limit
+}
+
+// leasedLimits returns the lease limits of pol under set, or nil when pol
+// takes the exact path.
+func (d *Decider) leasedLimits(set *policy.Set, pol *policy.Compiled) []*lease.Limit {
+	if d.leases == nil || !pol.Leased {
+		return nil
+	}
+	v := d.view.Load()
+	if v == nil || v.set != set {
+		v = d.buildView(set)
+		d.view.Store(v)
+	}
+	return v.limits[pol]
+}
+
+func (d *Decider) buildView(set *policy.Set) *leaseView {
+	v := &leaseView{set: set, limits: map[*policy.Compiled][]*lease.Limit{}}
+	set.Each(func(pol *policy.Compiled) {
+		if !pol.Leased {
+			return
+		}
+		lims := make([]*lease.Limit, 0, len(pol.Limits))
+		for i := range pol.Limits {
+			l := &pol.Limits[i]
+			k := pol.Lease
+			cfg := lease.Config{
+				TargetPeriod: time.Duration(k.TargetPeriod), TTL: time.Duration(k.TTL),
+				LowWatermark: k.LowWatermark, MaxShare: k.MaxShare,
+			}
+			ll, err := d.leases.NewLimit(l.Key, l.Spec, cfg, pol.Global)
+			if err != nil {
+				// Not leasable (another algorithm, knobs that clash with the
+				// node's defaults): exact is always correct, only slower.
+				d.log.Warn("leased policy takes the exact path", "policy", pol.ID, "limit", l.Name, "err", err)
+				return
+			}
+			lims = append(lims, ll)
+		}
+		v.limits[pol] = lims
+	})
+	return v
+}
+
+// leasedTake is one limit's take on the leased path.
+type leasedTake struct {
+	pol *policy.Compiled
+	lim *policy.CompiledLimit
+	res lease.Result
+}
+
+// takeLeased takes cost from every limit of the leased policies. It
+// returns the takes and whether an enforced limit denied; on a denial or
+// an error the enforced takes are given back.
+func (d *Decider) takeLeased(ctx context.Context, set *policy.Set, pols []*policy.Compiled, r *policy.Request, tier string, cost int64, takes []leasedTake) ([]leasedTake, bool, error) {
+	denied := false
+	var buf [256]byte
+	for _, pol := range pols {
+		lims := d.leasedLimits(set, pol)
+		subject := pol.AppendSubject(buf[:0], r, tier)
+		for i, ll := range lims {
+			res, err := d.leases.Take(ctx, ll, subject, cost)
+			if err != nil {
+				d.giveBack(takes)
+				return takes, false, err
+			}
+			takes = append(takes, leasedTake{pol: pol, lim: &pol.Limits[i], res: res})
+			if !res.Allowed && !pol.Shadow {
+				denied = true
+			}
+		}
+	}
+	if denied {
+		d.giveBack(takes)
+	}
+	return takes, denied, nil
+}
+
+// giveBack returns the enforced takes to the lease: the request was denied,
+// so it spends nothing.
+func (d *Decider) giveBack(takes []leasedTake) {
+	for i := range takes {
+		if !takes[i].pol.Shadow {
+			d.leases.GiveBack(&takes[i].res)
+		}
+	}
+}
+
+// leasedStatuses turns takes into statuses for plan.decide.
+func leasedStatuses(takes []leasedTake) (st, shadow []Status) {
+	for _, t := range takes {
+		s := Status{
+			PolicyID:   t.pol.ID,
+			LimitName:  t.lim.Name,
+			Limit:      t.res.Limit,
+			Remaining:  t.res.Remaining,
+			ResetAfter: t.res.ResetAfter,
+			Window:     t.lim.Spec.Period,
+			Violated:   !t.res.Allowed,
+		}
+		if s.Violated {
+			s.RetryAfter = t.res.RetryAfter
+			if s.RetryAfter == algorithm.Never {
+				s.ResetAfter = 0
+			}
+		}
+		if t.pol.Shadow {
+			if s.Violated {
+				shadow = append(shadow, s)
+			}
+			continue
+		}
+		st = append(st, s)
+	}
+	return st, shadow
+}

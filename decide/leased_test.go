@@ -1,0 +1,90 @@
+package decide_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/allot-dev/allot/decide"
+	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/lease"
+	"github.com/allot-dev/allot/policy"
+	"github.com/allot-dev/allot/region"
+)
+
+const leasedPolicies = `
+policies:
+  - id: per-tenant
+    per: [tenant]
+    precision: leased
+    lease: {target_period: 1s, ttl: 2s, max_share: 1}
+    limits:
+      - {name: per_hour, algorithm: token_bucket, limit: 10, period: 1h}
+  - id: per-client
+    match: {route: "/both"}
+    per: [client]
+    precision: exact
+    limits:
+      - {name: per_hour, algorithm: token_bucket, limit: 3, period: 1h}
+`
+
+func leasedDecider(t *testing.T) (*decide.Decider, *region.Store) {
+	t.Helper()
+	st, err := region.Open(context.Background(), []string{redistest.Server(t).Addr}, region.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	m, err := lease.New(lease.Options{Source: st})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	set, err := policy.Load("test", []byte(leasedPolicies))
+	require.NoError(t, err)
+	d := decide.New(st, set, nil)
+	d.UseLeases(m)
+	return d, st
+}
+
+func TestLeasedPolicyDecidesFromLeases(t *testing.T) {
+	d, _ := leasedDecider(t)
+	ctx := context.Background()
+	allowed := 0
+	var last decide.Decision
+	for range 15 {
+		dec, err := d.Check(ctx, &policy.Request{Tenant: "acme", Route: "/x"})
+		require.NoError(t, err)
+		if dec.Outcome == decide.Allowed {
+			allowed++
+			assert.False(t, dec.Statuses[0].Exact)
+			assert.Equal(t, int64(10), dec.Limit)
+			assert.LessOrEqual(t, dec.Remaining, int64(10))
+		}
+		last = dec
+	}
+	assert.Equal(t, 10, allowed, "exactly the burst: leases never over-admit a single node")
+	assert.Equal(t, decide.Throttled, last.Outcome)
+	assert.Equal(t, "per-tenant", last.PolicyID)
+	assert.Positive(t, last.RetryAfter)
+}
+
+func TestLeasedAndExactAllOrNothing(t *testing.T) {
+	d, st := leasedDecider(t)
+	ctx := context.Background()
+	// The exact per-client limit (3) denies the 4th request; the leased
+	// per-tenant tokens it took are given back, so the tenant keeps 7.
+	for i := range 5 {
+		dec, err := d.Check(ctx, &policy.Request{Tenant: "t", Client: "c", Route: "/both"})
+		require.NoError(t, err)
+		assert.Equal(t, i < 3, dec.Outcome == decide.Allowed, "request %d", i)
+	}
+	allowed := 0
+	for range 10 {
+		dec, err := d.Check(ctx, &policy.Request{Tenant: "t", Client: "other", Route: "/x"})
+		require.NoError(t, err)
+		if dec.Outcome == decide.Allowed {
+			allowed++
+		}
+	}
+	assert.Equal(t, 7, allowed, "denied requests spent no leased tokens")
+	_ = st
+}

@@ -1,0 +1,121 @@
+package lease
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Config holds the knobs an operator tunes per policy (policy file
+// `lease:` block) or per node (command-line defaults). A zero field means
+// "use the default".
+type Config struct {
+	// TargetPeriod sizes grants: a grant is the key's recent rate on this
+	// node times TargetPeriod. Longer means fewer Redis calls per decision
+	// and more tokens parked on one node (less fair, more stranded on a
+	// crash); shorter means more calls.
+	TargetPeriod time.Duration
+	// TTL is how long a grant's tokens may be spent, counted from before
+	// the lease call is sent. It is the L of the overshoot bound
+	// burst + rate*(T + TTL + tick): longer adds rate*TTL of overshoot,
+	// shorter drops (strands) unspent tokens sooner. It must be at least
+	// TargetPeriod, or grants expire before they are used.
+	TTL time.Duration
+	// LowWatermark starts an asynchronous refill when the tokens on hand
+	// fall to LowWatermark times the last grant. Higher hides more Redis
+	// latency (no request waits for a refill) at the cost of holding more
+	// tokens; 0 refills only when empty, so requests wait.
+	LowWatermark float64
+	// MaxShare caps one grant at MaxShare times the bucket's burst, so
+	// one node cannot hoard a bucket others need. Lower is fairer between
+	// nodes and costs more calls on hot keys.
+	MaxShare float64
+}
+
+// Default knob values.
+const (
+	DefaultTargetPeriod = time.Second
+	DefaultTTL          = 2 * time.Second
+	DefaultLowWatermark = 0.25
+	DefaultMaxShare     = 0.5
+)
+
+// Bounds on the knobs; outside them a value is a typo.
+const (
+	MinTargetPeriod = 10 * time.Millisecond
+	MaxTTL          = time.Hour
+)
+
+// maxGrant keeps token counts of two merged lease generations inside an
+// int32 (see entry.gens).
+const maxGrant = 1 << 29
+
+// Defaults returns the default knobs.
+func Defaults() Config {
+	return Config{TargetPeriod: DefaultTargetPeriod, TTL: DefaultTTL, LowWatermark: DefaultLowWatermark, MaxShare: DefaultMaxShare}
+}
+
+// Or returns c with every zero field taken from d.
+func (c Config) Or(d Config) Config {
+	if c.TargetPeriod == 0 {
+		c.TargetPeriod = d.TargetPeriod
+	}
+	if c.TTL == 0 {
+		c.TTL = d.TTL
+	}
+	if c.LowWatermark == 0 {
+		c.LowWatermark = d.LowWatermark
+	}
+	if c.MaxShare == 0 {
+		c.MaxShare = d.MaxShare
+	}
+	return c
+}
+
+// Validate checks a complete Config (after Or).
+func (c Config) Validate() error {
+	switch {
+	case c.TargetPeriod < MinTargetPeriod || c.TargetPeriod > MaxTTL:
+		return fmt.Errorf("lease target period %v out of range [%v, %v]", c.TargetPeriod, MinTargetPeriod, MaxTTL)
+	case c.TTL < c.TargetPeriod || c.TTL > MaxTTL:
+		return fmt.Errorf("lease ttl %v out of range [target period %v, %v]", c.TTL, c.TargetPeriod, MaxTTL)
+	case !(c.LowWatermark >= 0 && c.LowWatermark < 1):
+		return fmt.Errorf("lease low watermark %v out of range [0, 1)", c.LowWatermark)
+	case !(c.MaxShare > 0 && c.MaxShare <= 1):
+		return fmt.Errorf("lease max share %v out of range (0, 1]", c.MaxShare)
+	}
+	return nil
+}
+
+// GrantSize is how many tokens to ask for: rate (tokens/s, this node's
+// recent use of the key) times TargetPeriod, capped at MaxShare of
+// capacity, and never less than need (the cost a request is waiting for)
+// or 1:
+//
+//	want = clamp(ceil(rate * TargetPeriod), max(need, 1), max(need, floor(MaxShare * capacity)))
+func GrantSize(rate float64, c Config, capacity, need int64) int64 {
+	want := int64(math.Min(math.Ceil(rate*c.TargetPeriod.Seconds()), maxGrant))
+	limit := max(1, min(int64(math.Floor(c.MaxShare*float64(capacity))), maxGrant))
+	want = min(want, limit)
+	return max(want, need, 1)
+}
+
+// EstimateRate updates a key's rate estimate (tokens/s) from what was
+// consumed since the last grant, elapsed ago. It follows a rise at once
+// (a hot key must not wait several round trips for big enough grants)
+// and halves the distance on a fall. elapsed is taken as at least
+// minElapsed, so two requests a microsecond apart do not look like a
+// million per second.
+func EstimateRate(prev float64, consumed int64, elapsed, minElapsed time.Duration) float64 {
+	if consumed < 0 {
+		consumed = 0
+	}
+	elapsed = max(elapsed, minElapsed, time.Microsecond)
+	inst := float64(consumed) / elapsed.Seconds()
+	return math.Max(inst, (prev+inst)/2)
+}
+
+// Watermark is the tokens on hand at or below which a refill starts.
+func Watermark(c Config, granted int64) int64 {
+	return int64(math.Ceil(c.LowWatermark * float64(granted)))
+}

@@ -1,0 +1,158 @@
+package lease
+
+import (
+	"sync/atomic"
+)
+
+// entry is one tracked key: the tokens this node holds for it and what is
+// needed to refill them. Its size is the per-key memory cost, so fields
+// are as small as the maths allows (96 bytes; see TestMemoryPerKey).
+//
+// Tokens on hand live in two lease generations packed in gens, so that
+// a refill never extends the life of tokens from an earlier grant: cur
+// holds the newest grant (void from curExp on), old holds what was left
+// of earlier grants (void from oldExp on, oldExp <= curExp). One CAS on
+// gens takes from both at once.
+type entry struct {
+	hash    uint64
+	subject string
+	lim     atomic.Pointer[Limit]
+	gens    atomic.Uint64 // old<<32 | cur, each an int32 token count
+	curExp  atomic.Int64  // clock ns; 0 = never leased
+	oldExp  atomic.Int64
+	denyTil atomic.Int64 // clock ns until which the region bucket is known empty
+	left    atomic.Int64 // region bucket tokens after the last grant (for Remaining)
+	demand  *demand      // nil unless the limit is global-scope
+	flags   atomic.Uint32
+	wm      atomic.Int32 // refill when on hand <= wm
+	// Written only by the refill of this entry (one at a time) and read by
+	// the next one: the recent-rate estimate and what was on hand just
+	// after the last grant.
+	rate     float32
+	lastHand int32
+}
+
+// flags bits.
+const (
+	flagPending  = 1 << iota // queued for the next refill of its shard
+	flagFlushing             // in a refill call now
+	flagDead                 // evicted: look the key up again
+)
+
+// demand counts tokens admitted and denied since the last DrainDemand.
+type demand struct {
+	admitted atomic.Int64
+	denied   atomic.Int64
+}
+
+func pack(old, cur int64) uint64 { return uint64(uint32(int32(old)))<<32 | uint64(uint32(int32(cur))) }
+
+func unpack(v uint64) (old, cur int64) { return int64(int32(uint32(v >> 32))), int64(int32(uint32(v))) }
+
+// ticket records a take so it can be given back exactly.
+type ticket struct {
+	n   int64
+	exp int64 // the earliest expiry among the generations taken from
+}
+
+// live returns the tokens of each generation that may still be spent at
+// now. Expiries are loaded before gens: a refill swaps gens before it
+// moves the expiries forward, so a stale expiry only ever voids tokens
+// early, never late.
+func (e *entry) live(now int64) (v uint64, old, cur int64) {
+	oe, ce := e.oldExp.Load(), e.curExp.Load()
+	v = e.gens.Load()
+	o, c := unpack(v)
+	if now < oe && o > 0 {
+		old = o
+	}
+	if now < ce && c > 0 {
+		cur = c
+	}
+	return v, old, cur
+}
+
+// take takes cost tokens, oldest generation first. It returns the tokens
+// still on hand after the take.
+func (e *entry) take(now, cost int64) (t ticket, rest int64, ok bool) {
+	for {
+		oe, ce := e.oldExp.Load(), e.curExp.Load()
+		v := e.gens.Load()
+		o, c := unpack(v)
+		var old, cur int64
+		if now < oe && o > 0 {
+			old = o
+		}
+		if now < ce && c > 0 {
+			cur = c
+		}
+		if old+cur < cost {
+			return ticket{}, old + cur, false
+		}
+		fromOld := min(old, cost)
+		exp := ce
+		if fromOld > 0 {
+			exp = oe
+		}
+		if e.gens.CompareAndSwap(v, pack(o-fromOld, c-(cost-fromOld))) {
+			return ticket{n: cost, exp: exp}, old + cur - cost, true
+		}
+	}
+}
+
+// give puts back the tokens of a take, into a generation that dies no
+// later than they would have. If none is live they are dropped: giving
+// them a longer life could break the overshoot bound.
+func (e *entry) give(now int64, t ticket) bool {
+	for {
+		oe, ce := e.oldExp.Load(), e.curExp.Load()
+		v := e.gens.Load()
+		o, c := unpack(v)
+		var nv uint64
+		switch {
+		case now < oe && oe <= t.exp && o >= 0:
+			nv = pack(o+t.n, c)
+		case now < ce && ce <= t.exp && c >= 0:
+			nv = pack(o, c+t.n)
+		default:
+			return false
+		}
+		if e.gens.CompareAndSwap(v, nv) {
+			return true
+		}
+	}
+}
+
+// install adds a new grant as the cur generation, moving what is left of
+// cur into old. Called only by the entry's refill. exp must be >= curExp.
+func (e *entry) install(now, exp, granted int64) (onHand int64) {
+	for {
+		v, old, cur := e.live(now)
+		oe, ce := e.oldExp.Load(), e.curExp.Load()
+		nOld, nOldExp := cur, ce
+		if old > 0 {
+			// Both keep the earlier expiry: never extends a token's life.
+			nOld, nOldExp = old+cur, oe
+		}
+		if e.gens.CompareAndSwap(v, pack(nOld, granted)) {
+			// gens first, then expiries (see live).
+			e.oldExp.Store(nOldExp)
+			e.curExp.Store(max(exp, ce))
+			return nOld + granted
+		}
+	}
+}
+
+// drain takes every live token (for a return) and reports how many came
+// from each generation.
+func (e *entry) drain(now int64) (old, cur int64) {
+	for {
+		v, o, c := e.live(now)
+		if o == 0 && c == 0 {
+			return 0, 0
+		}
+		if e.gens.CompareAndSwap(v, 0) {
+			return o, c
+		}
+	}
+}

@@ -1,0 +1,605 @@
+// Package lease is the node-local lease manager of `precision: leased`
+// policies: it holds batches of tokens leased from the region's buckets
+// in Redis and decides from them in memory.
+//
+// A decision (Take) is a lock-free hash-table lookup and a CAS on the
+// key's token count: no lock, no allocation, no syscall, no Redis. When
+// the tokens on hand fall to the low watermark, one asynchronous refill
+// per key is queued; the refills of a shard are sent as one pipeline.
+// Only a request that finds no tokens at all waits, for the refill it
+// joins. A key whose region bucket is empty is denied locally until the
+// bucket's retry time (the deny cache).
+//
+// Every grant's tokens may be spent for TTL after the lease call was
+// sent; then they are void. With the decayed credit of returns
+// (lua/return.lua) that gives, for every window of length T, admitted <=
+// burst + rate*(T + TTL + tick) for the whole region, whatever the
+// number of nodes: see docs/leasing.md for the proof and assumptions.
+//
+// lease owns no wire format and no policy matching; it never blocks a
+// decision on Redis while tokens are on hand, and never retries a lease
+// call whose reply was lost (the grant is then simply stranded).
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/allot-dev/allot/algorithm"
+	"github.com/allot-dev/allot/region"
+)
+
+// Source is where leases come from and go back to: *region.Store.
+type Source interface {
+	Lease(ctx context.Context, groups []region.LeaseGroup) ([]region.LeaseResult, error)
+	Return(ctx context.Context, items []region.ReturnItem) (int64, error)
+}
+
+// ErrClosed is returned by Take after Close.
+var ErrClosed = errors.New("lease: manager closed")
+
+// Options configure a Manager.
+type Options struct {
+	// Source is the region store. Required.
+	Source Source
+	// Clock is read on every decision; nil means a CoarseClock of
+	// DefaultTick owned (and stopped) by the manager.
+	Clock Clock
+	// Defaults fill the knobs a Limit leaves zero; zero fields here take
+	// the package defaults.
+	Defaults Config
+	// IdleAfter evicts a key this long after its last lease expired and
+	// its deny cache ended. Zero means 30s.
+	IdleAfter time.Duration
+	// SweepEvery is how often idle keys are looked for. Zero means 5s;
+	// negative disables the sweeper (tests call Sweep).
+	SweepEvery time.Duration
+	// Workers is how many refill calls may run at once. Zero means 2.
+	Workers int
+	// CallTimeout bounds one lease or return call. Zero means 1s.
+	CallTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// Manager holds leases for many keys. It is safe for concurrent use;
+// Close stops its goroutines and returns unspent tokens.
+type Manager struct {
+	src      Source
+	clock    Clock
+	owned    *CoarseClock
+	defaults Config
+	opts     Options
+	log      *slog.Logger
+	seed     maphash.Seed
+	shards   [nShards]shard
+	ready    chan int
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	closed   atomic.Bool
+	once     sync.Once
+	stats    counters
+}
+
+type counters struct {
+	calls, groups, granted, denials, returned, evicted, stranded atomic.Int64
+}
+
+// Stats are counts since the manager started, for benchmarks and metrics.
+type Stats struct {
+	Keys     int   // keys tracked now
+	Calls    int64 // lease round trips (one pipeline each)
+	Groups   int64 // lease script calls
+	Granted  int64 // tokens granted
+	Denials  int64 // lease calls the region could not serve (deny cache set)
+	Returned int64 // tokens credited back to the region by returns
+	Evicted  int64 // idle keys evicted
+	Stranded int64 // tokens given back by the caller that had nowhere safe to go
+}
+
+// New starts a manager.
+func New(opts Options) (*Manager, error) {
+	if opts.Source == nil {
+		return nil, errors.New("lease: no Source")
+	}
+	d := opts.Defaults.Or(Defaults())
+	if err := d.Validate(); err != nil {
+		return nil, fmt.Errorf("lease: defaults: %w", err)
+	}
+	if opts.IdleAfter <= 0 {
+		opts.IdleAfter = 30 * time.Second
+	}
+	if opts.SweepEvery == 0 {
+		opts.SweepEvery = 5 * time.Second
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 2
+	}
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = time.Second
+	}
+	m := &Manager{
+		src:      opts.Source,
+		clock:    opts.Clock,
+		defaults: d,
+		opts:     opts,
+		log:      opts.Logger,
+		seed:     maphash.MakeSeed(),
+		ready:    make(chan int, nShards),
+		stop:     make(chan struct{}),
+	}
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	if m.clock == nil {
+		m.owned = NewCoarseClock(DefaultTick)
+		m.clock = m.owned
+	}
+	for i := range m.shards {
+		m.shards[i].table.Store(newTable(8))
+		m.shards[i].idx = i
+	}
+	for range opts.Workers {
+		m.wg.Add(1)
+		go m.worker()
+	}
+	if opts.SweepEvery > 0 {
+		m.wg.Add(1)
+		go m.sweeper(opts.SweepEvery)
+	}
+	return m, nil
+}
+
+// Limit is one leased limit: the bucket maths and knobs shared by every
+// key of a policy limit. Make one per compiled limit with NewLimit and
+// reuse it; a new Limit with the same key function (a policy reload)
+// takes over the old one's keys.
+type Limit struct {
+	key      func(subject string) string
+	id       string
+	mix      uint64
+	spec     algorithm.Spec
+	cfg      Config
+	global   bool
+	capacity int64
+	rate     float64
+	// nsPerToken is 1e9/rate: the refill time of one token.
+	nsPerToken float64
+}
+
+// NewLimit describes a leased limit. key builds the Redis key of a subject
+// (policy.CompiledLimit.Key); spec must be a token bucket; cfg's zero
+// knobs take the manager's defaults; global marks a global-scope limit,
+// whose demand DrainDemand reports.
+func (m *Manager) NewLimit(key func(subject string) string, spec algorithm.Spec, cfg Config, global bool) (*Limit, error) {
+	if spec.Algorithm != algorithm.TokenBucket || spec.Limit <= 0 || spec.Period <= 0 {
+		return nil, fmt.Errorf("lease: %s: only token buckets with a positive limit and period can be leased", key("…"))
+	}
+	cfg = cfg.Or(m.defaults)
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("lease: %s: %w", key("…"), err)
+	}
+	id := key("")
+	return &Limit{
+		key: key, id: id, mix: maphash.String(m.seed, id), spec: spec, cfg: cfg, global: global,
+		capacity: spec.Capacity(), rate: spec.Rate(), nsPerToken: 1e9 / spec.Rate(),
+	}, nil
+}
+
+// Config returns the limit's knobs, defaults filled in.
+func (l *Limit) Config() Config { return l.cfg }
+
+// Result is the answer of one Take.
+type Result struct {
+	Allowed bool
+	// Limit is the bucket's capacity (the policy's burst).
+	Limit int64
+	// Remaining estimates the tokens left for this key in the region: those
+	// on hand here plus what the region bucket held after this node's last
+	// grant, capped at Limit. Other nodes' use since then is not seen.
+	Remaining int64
+	// ResetAfter is how long the region bucket would take to refill from
+	// Remaining to Limit.
+	ResetAfter time.Duration
+	// RetryAfter is set on a denial: when the region bucket can give the
+	// cost again (algorithm.Never if the cost exceeds the capacity).
+	RetryAfter time.Duration
+
+	e *entry
+	t ticket
+}
+
+// Take takes cost tokens for the key of lim and subject (the bytes of
+// policy.Compiled.AppendSubject). With tokens on hand it neither locks nor
+// allocates. With none it joins the key's refill and waits (ctx bounds
+// the wait); a Redis failure is returned as an error, and the caller
+// decides whether to fail open or closed.
+func (m *Manager) Take(ctx context.Context, lim *Limit, subject []byte, cost int64) (Result, error) {
+	if cost > lim.capacity {
+		return Result{Limit: lim.capacity, RetryAfter: algorithm.Never}, nil
+	}
+	h := maphash.Bytes(m.seed, subject) ^ lim.mix
+	sh := &m.shards[h>>(64-shardBits)]
+	e := sh.table.Load().find(h, lim, subject)
+	for attempt := 0; ; attempt++ {
+		if e == nil {
+			if m.closed.Load() {
+				return Result{}, ErrClosed
+			}
+			sh.mu.Lock()
+			e = sh.insert(h, lim, subject)
+			sh.mu.Unlock()
+		}
+		now := m.clock.Now()
+		t, rest, ok := e.take(now, cost)
+		if ok {
+			if rest <= int64(e.wm.Load()) && e.flags.Load() == 0 {
+				m.schedule(sh, e, 0)
+			}
+			if e.demand != nil {
+				e.demand.admitted.Add(cost)
+			}
+			r := e.answer(lim, rest)
+			r.Allowed, r.e, r.t = true, e, t
+			return r, nil
+		}
+		if deny := e.denyTil.Load(); now < deny || attempt >= 3 {
+			if e.demand != nil {
+				e.demand.denied.Add(cost)
+			}
+			r := e.answer(lim, rest)
+			r.RetryAfter = time.Duration(max(deny-now, int64(time.Millisecond)))
+			return r, nil
+		}
+		dead, err := m.await(ctx, sh, e, cost)
+		if err != nil {
+			return Result{}, err
+		}
+		if dead {
+			e = nil
+		}
+	}
+}
+
+// GiveBack returns the tokens of an allowed Take to this node's lease,
+// for a request another limit denied.
+func (m *Manager) GiveBack(r *Result) {
+	if !r.Allowed || r.e == nil {
+		return
+	}
+	if !r.e.give(m.clock.Now(), r.t) {
+		m.stats.stranded.Add(r.t.n)
+	}
+	if d := r.e.demand; d != nil {
+		d.admitted.Add(-r.t.n)
+	}
+	r.e = nil
+}
+
+// answer fills the honest numbers of a Result.
+func (e *entry) answer(lim *Limit, onHand int64) Result {
+	rem := min(lim.capacity, onHand+max(0, e.left.Load()))
+	return Result{
+		Limit:     lim.capacity,
+		Remaining: rem,
+		// A multiplication, not a division: this runs on every decision.
+		ResetAfter: time.Duration(float64(lim.capacity-rem)*lim.nsPerToken + 0.999),
+	}
+}
+
+// schedule queues a refill of e (need: the cost a caller waits for) and
+// returns the round that will serve it.
+func (m *Manager) schedule(sh *shard, e *entry, need int64) *round {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return m.scheduleLocked(sh, e, need)
+}
+
+func (m *Manager) scheduleLocked(sh *shard, e *entry, need int64) *round {
+	f := e.flags.Load()
+	switch {
+	case f&flagDead != 0:
+		return nil
+	case f&flagFlushing != 0:
+		return sh.flushing
+	case f&flagPending != 0:
+		for i := range sh.pending {
+			if sh.pending[i].e == e {
+				sh.pending[i].need = max(sh.pending[i].need, need)
+			}
+		}
+		return sh.next
+	}
+	e.flags.Store(flagPending)
+	sh.pending = append(sh.pending, refill{e, need})
+	if sh.next == nil {
+		sh.next = &round{done: make(chan struct{})}
+	}
+	if !sh.scheduled {
+		sh.scheduled = true
+		m.ready <- sh.idx
+	}
+	return sh.next
+}
+
+// await queues e for a refill that must bring need tokens and waits for
+// the round serving it. dead reports that e was evicted meanwhile.
+func (m *Manager) await(ctx context.Context, sh *shard, e *entry, need int64) (dead bool, err error) {
+	if m.closed.Load() {
+		return false, ErrClosed
+	}
+	r := m.schedule(sh, e, need)
+	if r == nil {
+		return true, nil
+	}
+	select {
+	case <-r.done:
+		return e.flags.Load()&flagDead != 0, r.err
+	case <-ctx.Done():
+		return false, fmt.Errorf("lease: waiting for a refill: %w", ctx.Err())
+	}
+}
+
+func (m *Manager) worker() {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case i := <-m.ready:
+			m.flush(&m.shards[i])
+		}
+	}
+}
+
+// flush sends one lease call for every pending entry of sh, in one
+// pipeline, and installs the grants.
+func (m *Manager) flush(sh *shard) {
+	sh.mu.Lock()
+	batch := sh.pending
+	sh.pending, sh.spare = sh.spare[:0], nil
+	rnd := sh.next
+	sh.next, sh.flushing = nil, rnd
+	for _, p := range batch {
+		p.e.flags.Store(flagFlushing)
+	}
+	sh.mu.Unlock()
+
+	sent := m.clock.Now()
+	groups := make([]region.LeaseGroup, len(batch))
+	lims := make([]*Limit, len(batch))
+	for i, p := range batch {
+		lim := p.e.lim.Load()
+		lims[i] = lim
+		want := m.size(p.e, lim, sent, p.need)
+		groups[i] = region.LeaseGroup{{Key: lim.key(p.e.subject), Spec: lim.spec, Need: p.need, Want: want}}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.opts.CallTimeout)
+	res, err := m.src.Lease(ctx, groups)
+	cancel()
+	m.stats.calls.Add(1)
+	m.stats.groups.Add(int64(len(groups)))
+	if err == nil && len(res) != len(groups) {
+		err = fmt.Errorf("lease: source answered %d groups for %d", len(res), len(groups))
+	}
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	} else {
+		for i, p := range batch {
+			if res[i].Err != nil {
+				errs = append(errs, res[i].Err)
+				continue
+			}
+			m.apply(p, lims[i], sent, res[i])
+		}
+	}
+
+	sh.mu.Lock()
+	for _, p := range batch {
+		p.e.flags.Store(0)
+	}
+	clear(batch)
+	sh.spare = batch[:0]
+	sh.flushing = nil
+	if len(sh.pending) > 0 {
+		m.ready <- sh.idx
+	} else {
+		sh.scheduled = false
+	}
+	sh.mu.Unlock()
+
+	if len(errs) > 0 {
+		rnd.err = fmt.Errorf("lease: refill: %w", errors.Join(errs...))
+		m.log.Warn("lease refill failed", "keys", len(batch), "err", rnd.err)
+	}
+	close(rnd.done)
+}
+
+// size updates e's rate estimate and returns the grant to ask for.
+func (m *Manager) size(e *entry, lim *Limit, now, need int64) int64 {
+	_, old, cur := e.live(now)
+	if ce := e.curExp.Load(); ce != 0 {
+		since := time.Duration(now - (ce - int64(lim.cfg.TTL)))
+		consumed := int64(e.lastHand) - (old + cur)
+		e.rate = float32(EstimateRate(float64(e.rate), consumed, since, lim.cfg.TargetPeriod/10))
+	}
+	return GrantSize(float64(e.rate), lim.cfg, lim.capacity, need)
+}
+
+// apply installs one lease answer into its entry.
+func (m *Manager) apply(p refill, lim *Limit, sent int64, r region.LeaseResult) {
+	g := r.Items[0]
+	e := p.e
+	e.left.Store(g.Left)
+	if !r.Granted {
+		if g.RetryAfter < 0 { // a coordinator share smaller than the cost
+			e.denyTil.Store(m.clock.Now() + int64(lim.cfg.TTL))
+		} else if g.RetryAfter > 0 {
+			// Waiting at least a sixteenth of the target period lets tokens
+			// gather in the region bucket, so a flood on an empty bucket
+			// costs Redis a few calls per second, not one per token.
+			e.denyTil.Store(m.clock.Now() + int64(max(g.RetryAfter, lim.cfg.TargetPeriod/16)))
+		}
+		m.stats.denials.Add(1)
+		return
+	}
+	m.stats.granted.Add(g.Granted)
+	e.denyTil.Store(0)
+	if g.Granted == 0 {
+		return
+	}
+	onHand := e.install(m.clock.Now(), sent+int64(lim.cfg.TTL), g.Granted)
+	e.lastHand = int32(min(onHand, math.MaxInt32))
+	e.wm.Store(int32(min(Watermark(lim.cfg, g.Granted), maxGrant)))
+}
+
+func (m *Manager) sweeper(every time.Duration) {
+	defer m.wg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.Sweep()
+		}
+	}
+}
+
+// Sweep evicts idle keys: no live lease and no deny cache for IdleAfter.
+// The sweeper goroutine calls it every SweepEvery; tests call it directly.
+func (m *Manager) Sweep() {
+	now := m.clock.Now()
+	idle := int64(m.opts.IdleAfter)
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		t := sh.table.Load()
+		evicted := 0
+		for j := range t.slots {
+			e := t.slots[j].Load()
+			if e == nil || e.flags.Load() != 0 {
+				continue
+			}
+			if now >= max(e.curExp.Load(), e.denyTil.Load())+idle {
+				e.flags.Store(flagDead)
+				evicted++
+			}
+		}
+		if evicted > 0 {
+			sh.rebuild(len(t.slots), func(e *entry) bool { return e.flags.Load()&flagDead == 0 })
+			m.stats.evicted.Add(int64(evicted))
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// DrainDemand calls fn for every tracked global-scope key that saw
+// traffic since the last drain, with the tokens admitted and denied here
+// since then, and resets those counts. The coordinator reads it to share
+// global limits between regions. fn must not call the manager.
+func (m *Manager) DrainDemand(fn func(key string, admitted, denied int64)) {
+	for i := range m.shards {
+		t := m.shards[i].table.Load()
+		for j := range t.slots {
+			e := t.slots[j].Load()
+			if e == nil || e.demand == nil {
+				continue
+			}
+			a, d := e.demand.admitted.Swap(0), e.demand.denied.Swap(0)
+			if a != 0 || d != 0 {
+				fn(e.lim.Load().key(e.subject), a, d)
+			}
+		}
+	}
+}
+
+// Stats returns the manager's counters.
+func (m *Manager) Stats() Stats {
+	n := 0
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		n += sh.n
+		sh.mu.Unlock()
+	}
+	return Stats{
+		Keys: n, Calls: m.stats.calls.Load(), Groups: m.stats.groups.Load(), Granted: m.stats.granted.Load(),
+		Denials: m.stats.denials.Load(), Returned: m.stats.returned.Load(), Evicted: m.stats.evicted.Load(),
+		Stranded: m.stats.stranded.Load(),
+	}
+}
+
+// Close stops the refill workers and the sweeper, fails waiting requests
+// with ErrClosed, and returns the unspent tokens of every live lease to
+// the region (credited as return.lua decays them). ctx bounds the
+// returns. Take fails with ErrClosed afterwards.
+func (m *Manager) Close(ctx context.Context) error {
+	first := false
+	m.once.Do(func() {
+		first = true
+		m.closed.Store(true)
+		close(m.stop)
+	})
+	if !first {
+		return nil
+	}
+	m.wg.Wait()
+	now := m.clock.Now()
+	var items []region.ReturnItem
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		for _, r := range []*round{sh.next, sh.flushing} {
+			if r != nil {
+				r.err = ErrClosed
+				close(r.done)
+			}
+		}
+		sh.next, sh.flushing, sh.pending = nil, nil, nil
+		t := sh.table.Load()
+		for j := range t.slots {
+			if e := t.slots[j].Load(); e != nil {
+				items = m.returns(items, e, now)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	if m.owned != nil {
+		defer m.owned.Stop()
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	n, err := m.src.Return(ctx, items)
+	m.stats.returned.Add(n)
+	if err != nil {
+		return fmt.Errorf("lease: close: %w", err)
+	}
+	return nil
+}
+
+// returns drains e's live tokens into return items, one per generation,
+// each with the age of its lease (from its expiry and the TTL; the old
+// generation uses its earliest grant, which only makes it look older).
+func (m *Manager) returns(items []region.ReturnItem, e *entry, now int64) []region.ReturnItem {
+	old, cur := e.drain(now)
+	lim := e.lim.Load()
+	ttl := int64(lim.cfg.TTL)
+	for _, g := range [...]struct{ n, exp int64 }{{old, e.oldExp.Load()}, {cur, e.curExp.Load()}} {
+		if g.n > 0 {
+			items = append(items, region.ReturnItem{
+				Key: lim.key(e.subject), Spec: lim.spec, Unspent: g.n, Age: time.Duration(max(0, now-(g.exp-ttl))),
+			})
+		}
+	}
+	return items
+}

@@ -1,0 +1,139 @@
+package lease
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// shardBits sets the shard count. Shards split the write side (inserts,
+// evictions, refill queues); reads never lock.
+const (
+	shardBits = 8
+	nShards   = 1 << shardBits
+)
+
+// table is an open-addressing hash table with linear probing, read without
+// locks: a reader loads the table pointer and probes slots with atomic
+// loads. Writers hold the shard's mutex; they only fill empty slots, and
+// grow or evict by building a new table and swapping the pointer. A reader
+// on an old table can miss a key or find an evicted one; both send it to
+// the locked slow path, which looks again.
+type table struct {
+	mask  uint64
+	slots []atomic.Pointer[entry]
+}
+
+func newTable(size int) *table {
+	return &table{mask: uint64(size - 1), slots: make([]atomic.Pointer[entry], size)}
+}
+
+// find returns the entry of (lim, subject) with hash h, or nil. The load
+// factor stays <= 3/4, so an empty slot ends every probe.
+func (t *table) find(h uint64, lim *Limit, subject []byte) *entry {
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		e := t.slots[i].Load()
+		if e == nil {
+			return nil
+		}
+		if e.hash == h && e.subject == string(subject) && e.sameLimit(lim) {
+			return e
+		}
+	}
+}
+
+// sameLimit reports whether e is lim's entry. A reloaded policy set brings
+// new *Limit values for the same keys: the entry adopts the new one.
+func (e *entry) sameLimit(lim *Limit) bool {
+	cur := e.lim.Load()
+	if cur == lim {
+		return true
+	}
+	if cur.id != lim.id {
+		return false
+	}
+	e.lim.Store(lim)
+	return true
+}
+
+// put places e in an empty slot. The caller holds the shard lock and has
+// made room.
+func (t *table) put(e *entry) {
+	for i := e.hash & t.mask; ; i = (i + 1) & t.mask {
+		if t.slots[i].Load() == nil {
+			t.slots[i].Store(e)
+			return
+		}
+	}
+}
+
+// shard is one part of the key space with its refill queue.
+type shard struct {
+	table atomic.Pointer[table]
+
+	idx       int
+	mu        sync.Mutex
+	n         int      // entries in table
+	pending   []refill // entries waiting for the next refill call
+	next      *round   // the round pending entries will be served in
+	flushing  *round   // the round in a refill call now, if any
+	scheduled bool     // in Manager.ready or being flushed
+	spare     []refill // reused pending buffer
+	_         [40]byte // keep hot shards off each other's cache lines
+}
+
+// refill is one entry's place in a refill round; need is the largest
+// cost a request is waiting for (0 for a background refill).
+type refill struct {
+	e    *entry
+	need int64
+}
+
+// round is one refill call of a shard; waiters block on done.
+type round struct {
+	done chan struct{}
+	err  error
+}
+
+// insert returns the live entry of (lim, subject), creating it. Called
+// with sh.mu held.
+func (sh *shard) insert(h uint64, lim *Limit, subject []byte) *entry {
+	t := sh.table.Load()
+	if e := t.find(h, lim, subject); e != nil && e.flags.Load()&flagDead == 0 {
+		return e
+	}
+	if (sh.n+1)*4 > len(t.slots)*3 {
+		t = sh.rebuild(len(t.slots)*2, nil)
+	}
+	e := &entry{hash: h, subject: string(subject)}
+	e.lim.Store(lim)
+	if lim.global {
+		e.demand = &demand{}
+	}
+	t.put(e)
+	sh.n++
+	return e
+}
+
+// rebuild copies the live entries for which keep is true (all if keep is
+// nil) into a new table of size slots and publishes it.
+func (sh *shard) rebuild(size int, keep func(*entry) bool) *table {
+	old := sh.table.Load()
+	n := 0
+	for i := range old.slots {
+		if e := old.slots[i].Load(); e != nil && (keep == nil || keep(e)) {
+			n++
+		}
+	}
+	for size > 8 && n*4 < size { // shrink after evictions, keep load >= 1/4
+		size /= 2
+	}
+	t := newTable(size)
+	for i := range old.slots {
+		if e := old.slots[i].Load(); e != nil && (keep == nil || keep(e)) {
+			t.put(e)
+		}
+	}
+	sh.n = n
+	sh.table.Store(t)
+	return t
+}

@@ -1,0 +1,115 @@
+package policy
+
+import (
+	"net/netip"
+	"time"
+)
+
+// LeaseKnobs tune the leases of a `precision: leased` policy (see package
+// lease and docs/leasing.md for what each trades). A zero knob takes the
+// node's default (its --lease-* flags).
+type LeaseKnobs struct {
+	// TargetPeriod: a grant is the key's recent rate on a node times this.
+	TargetPeriod Duration `yaml:"target_period" json:"target_period,omitempty"`
+	// TTL: how long leased tokens may be spent; the overshoot bound grows
+	// by rate x TTL.
+	TTL Duration `yaml:"ttl" json:"ttl,omitempty"`
+	// LowWatermark: refill when this fraction of the last grant is left.
+	LowWatermark float64 `yaml:"low_watermark" json:"low_watermark,omitempty"`
+	// MaxShare: one grant is at most this fraction of the burst.
+	MaxShare float64 `yaml:"max_share" json:"max_share,omitempty"`
+}
+
+// Bounds on lease knobs.
+const (
+	MinLeasePeriod = 10 * time.Millisecond
+	MaxLeasePeriod = time.Hour
+)
+
+func (v *validator) lease(id string, p *Policy) {
+	k := p.Lease
+	if k == nil {
+		return
+	}
+	if p.Precision != PrecisionLeased {
+		v.add(id, "lease", "only a policy with precision: leased takes lease knobs")
+	}
+	for _, d := range [...]struct {
+		field string
+		val   time.Duration
+	}{{"lease.target_period", time.Duration(k.TargetPeriod)}, {"lease.ttl", time.Duration(k.TTL)}} {
+		if d.val != 0 && (d.val < MinLeasePeriod || d.val > MaxLeasePeriod) {
+			v.add(id, d.field, "%v out of range [%v, %v] (0 means the node's default)", d.val, MinLeasePeriod, MaxLeasePeriod)
+		}
+	}
+	if k.TargetPeriod != 0 && k.TTL != 0 && k.TTL < k.TargetPeriod {
+		v.add(id, "lease.ttl", "%v is shorter than lease.target_period %v: grants would expire before use", time.Duration(k.TTL), time.Duration(k.TargetPeriod))
+	}
+	if !(k.LowWatermark >= 0 && k.LowWatermark < 1) {
+		v.add(id, "lease.low_watermark", "%v out of range [0, 1)", k.LowWatermark)
+	}
+	if !(k.MaxShare >= 0 && k.MaxShare <= 1) {
+		v.add(id, "lease.max_share", "%v out of range (0, 1] (0 means the node's default)", k.MaxShare)
+	}
+}
+
+// AppendSubject appends p's counter subject for r to dst and returns it:
+// the bytes of Subject(r, tier), without allocating when dst has room.
+// The leased path hashes it to find a key's lease with no string built.
+func (p *Compiled) AppendSubject(dst []byte, r *Request, tier string) []byte {
+	if len(p.Per) == 0 {
+		return append(dst, '*')
+	}
+	for i, f := range p.Per {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, f...)
+		dst = append(dst, '=')
+		if f == FieldIP {
+			dst = appendIP(dst, r.IP)
+			continue
+		}
+		dst = appendEscaped(dst, fieldValue(f, r, tier))
+	}
+	return dst
+}
+
+func appendIP(dst []byte, a netip.Addr) []byte {
+	if !a.IsValid() {
+		return dst
+	}
+	var buf [64]byte
+	return appendEscapedBytes(dst, a.Unmap().AppendTo(buf[:0]))
+}
+
+// appendEscaped is escape's allocation-free twin: %XX for { } % , =.
+func appendEscaped(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		dst = appendByte(dst, s[i])
+	}
+	return dst
+}
+
+func appendEscapedBytes(dst []byte, b []byte) []byte {
+	for _, c := range b {
+		dst = appendByte(dst, c)
+	}
+	return dst
+}
+
+func appendByte(dst []byte, c byte) []byte {
+	switch c {
+	case '{', '}', '%', ',', '=':
+		const hex = "0123456789ABCDEF"
+		return append(dst, '%', hex[c>>4], hex[c&15])
+	}
+	return append(dst, c)
+}
+
+// Each calls fn for every policy of the set, in file order.
+func (s *Set) Each(fn func(*Compiled)) {
+	for _, p := range s.policies {
+		fn(p)
+	}
+}

@@ -1,0 +1,235 @@
+package region
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/allot-dev/allot/algorithm"
+	"github.com/allot-dev/allot/lua"
+)
+
+// LeaseItem asks one bucket for tokens to spend in memory.
+type LeaseItem struct {
+	Key  string
+	Spec algorithm.Spec
+	// Need is what must be granted for the group to succeed (the cost of
+	// a waiting request); 0 takes whatever the bucket has, up to Want.
+	Need int64
+	// Want is the grant size asked for; it must be >= Need.
+	Want int64
+}
+
+// LeaseGroup is the items of one subject: one script call, all-or-nothing
+// on every item's Need.
+type LeaseGroup []LeaseItem
+
+// Grant is what lease.lua answered for one item.
+type Grant struct {
+	Granted int64
+	// Left is the whole tokens left in the region bucket after the grant.
+	Left int64
+	// RetryAfter is 0 if the item's Need could be granted now, Never if it
+	// never can (Need > Burst), else how long until it could.
+	RetryAfter time.Duration
+	// Burst and Rate (tokens/s) are the bucket's effective numbers: the
+	// policy's, or the region share a coordinator wrote into the hash.
+	Burst int64
+	Rate  float64
+}
+
+// LeaseResult answers one LeaseGroup. Err is set when the call failed (the
+// grants are then unknown; a call whose reply was lost may have granted).
+type LeaseResult struct {
+	Granted bool
+	Items   []Grant
+	Err     error
+}
+
+// ReturnItem gives back tokens a lease did not spend.
+type ReturnItem struct {
+	Key     string
+	Spec    algorithm.Spec
+	Unspent int64
+	// Age is how long ago the lease holding them was asked for, measured
+	// from before the lease call was sent (never shorter than the truth).
+	Age time.Duration
+}
+
+// Lease runs lease.lua once per group, every group in one pipelined round
+// trip (a cluster client splits it per node). Groups fail independently:
+// each result carries its own error. The returned error is for arguments
+// the caller got wrong; nothing was sent then.
+func (s *Store) Lease(ctx context.Context, groups []LeaseGroup) ([]LeaseResult, error) {
+	keys := make([][]string, len(groups))
+	args := make([][]any, len(groups))
+	for i, g := range groups {
+		if len(g) == 0 {
+			continue
+		}
+		k, a, err := leaseArgs(g)
+		if err != nil {
+			return nil, fmt.Errorf("region: lease: group %d: %w", i, err)
+		}
+		keys[i], args[i] = k, a
+	}
+	cmds := s.evalAll(ctx, lua.Lease, keys, args)
+	out := make([]LeaseResult, len(groups))
+	for i, g := range groups {
+		if len(g) == 0 {
+			out[i] = LeaseResult{Granted: true}
+			continue
+		}
+		r, err := parseLease(cmds[i], len(g))
+		if err != nil {
+			out[i] = LeaseResult{Err: fmt.Errorf("region: lease %s: %w", g[0].Key, err)}
+			continue
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
+// Return runs return.lua once per item, all in one pipelined round trip,
+// and returns the whole tokens the buckets were credited.
+func (s *Store) Return(ctx context.Context, items []ReturnItem) (int64, error) {
+	keys := make([][]string, len(items))
+	args := make([][]any, len(items))
+	for i, it := range items {
+		if err := checkSpec(it.Key, it.Spec); err != nil {
+			return 0, fmt.Errorf("region: return: %w", err)
+		}
+		if it.Unspent < 0 || it.Age < 0 {
+			return 0, fmt.Errorf("region: return: key %q: negative unspent %d or age %v", it.Key, it.Unspent, it.Age)
+		}
+		keys[i] = []string{it.Key}
+		args[i] = []any{it.Spec.Limit, it.Spec.Period.Milliseconds(), it.Spec.Capacity(), it.Unspent, it.Age.Microseconds()}
+	}
+	cmds := s.evalAll(ctx, lua.Return, keys, args)
+	var total int64
+	var errs []error
+	for i, c := range cmds {
+		if c == nil {
+			continue
+		}
+		n, err := c.Int64()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", items[i].Key, err))
+			continue
+		}
+		total += n
+	}
+	if err := errors.Join(errs...); err != nil {
+		return total, fmt.Errorf("region: return: %w", err)
+	}
+	return total, nil
+}
+
+// evalAll sends script once per non-nil keys[i] with EVALSHA in one
+// pipeline, and again with EVAL for the calls that failed with NOSCRIPT
+// (the script did not run: flushed cache, failover). Errors stay in the
+// commands. It is run's twin for scripts whose arguments are not Groups.
+func (s *Store) evalAll(ctx context.Context, script *redis.Script, keys [][]string, args [][]any) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(keys))
+	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range keys {
+			if keys[i] != nil {
+				cmds[i] = script.EvalSha(ctx, p, keys[i], args[i]...)
+			}
+		}
+		return nil
+	})
+	var again []int
+	for i, c := range cmds {
+		if c != nil && redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range again {
+				cmds[i] = script.Eval(ctx, p, keys[i], args[i]...)
+			}
+			return nil
+		})
+	}
+	return cmds
+}
+
+func checkSpec(key string, sp algorithm.Spec) error {
+	switch {
+	case sp.Algorithm != algorithm.TokenBucket:
+		return fmt.Errorf("key %q: only token buckets can be leased, not %v", key, sp.Algorithm)
+	case sp.Limit <= 0:
+		return fmt.Errorf("key %q: limit %d must be positive", key, sp.Limit)
+	case sp.Period <= 0 || sp.Period%time.Millisecond != 0:
+		return fmt.Errorf("key %q: period %v must be a positive whole number of milliseconds", key, sp.Period)
+	}
+	return nil
+}
+
+func leaseArgs(g LeaseGroup) ([]string, []any, error) {
+	keys := make([]string, len(g))
+	args := make([]any, 0, 5*len(g))
+	tag := hashTag(g[0].Key)
+	for i, it := range g {
+		if err := checkSpec(it.Key, it.Spec); err != nil {
+			return nil, nil, err
+		}
+		if it.Need < 0 || it.Want < it.Need {
+			return nil, nil, fmt.Errorf("key %q: need %d, want %d: want 0 <= need <= want", it.Key, it.Need, it.Want)
+		}
+		if hashTag(it.Key) != tag {
+			return nil, nil, fmt.Errorf("keys %q and %q do not share a hash tag", g[0].Key, it.Key)
+		}
+		for _, k := range keys[:i] {
+			if k == it.Key {
+				return nil, nil, fmt.Errorf("key %q appears twice in one group", it.Key)
+			}
+		}
+		keys[i] = it.Key
+		args = append(args, it.Spec.Limit, it.Spec.Period.Milliseconds(), it.Spec.Capacity(), it.Need, it.Want)
+	}
+	return keys, args, nil
+}
+
+func parseLease(cmd *redis.Cmd, n int) (LeaseResult, error) {
+	vals, err := cmd.Slice()
+	if err != nil {
+		return LeaseResult{}, err
+	}
+	if len(vals) != 1+5*n {
+		return LeaseResult{}, fmt.Errorf("lease.lua returned %d values for %d keys", len(vals), n)
+	}
+	ok, isInt := vals[0].(int64)
+	if !isInt {
+		return LeaseResult{}, fmt.Errorf("lease.lua: bad reply %v", vals[0])
+	}
+	r := LeaseResult{Granted: ok == 1, Items: make([]Grant, n)}
+	for i := range n {
+		v := vals[1+5*i:]
+		var g Grant
+		var ints [4]int64
+		for j := range ints {
+			x, isInt := v[j].(int64)
+			if !isInt {
+				return LeaseResult{}, fmt.Errorf("lease.lua: value %v is not an integer", v[j])
+			}
+			ints[j] = x
+		}
+		g.Granted, g.Left, g.RetryAfter, g.Burst = ints[0], ints[1], micros(ints[2]), ints[3]
+		rs, isStr := v[4].(string)
+		if !isStr {
+			return LeaseResult{}, fmt.Errorf("lease.lua: rate %v is not a string", v[4])
+		}
+		if g.Rate, err = strconv.ParseFloat(rs, 64); err != nil {
+			return LeaseResult{}, fmt.Errorf("lease.lua: rate: %w", err)
+		}
+		r.Items[i] = g
+	}
+	return r, nil
+}

@@ -1,0 +1,148 @@
+package region_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/region"
+)
+
+func lease1(t *testing.T, s *region.Store, g region.LeaseGroup) region.LeaseResult {
+	t.Helper()
+	res, err := s.Lease(context.Background(), []region.LeaseGroup{g})
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	require.NoError(t, res[0].Err)
+	require.Len(t, res[0].Items, len(g))
+	return res[0]
+}
+
+func TestLeaseGrantsAndCounts(t *testing.T) {
+	s := single(t)
+	ctx := context.Background()
+	spec := tb(100, time.Hour, 0) // slow refill: numbers stay whole
+	key := "rl:{tenant=a}:p:l"
+
+	r := lease1(t, s, region.LeaseGroup{{Key: key, Spec: spec, Need: 1, Want: 30}})
+	assert.True(t, r.Granted)
+	assert.Equal(t, int64(30), r.Items[0].Granted)
+	assert.Equal(t, int64(70), r.Items[0].Left)
+	assert.Equal(t, int64(100), r.Items[0].Burst)
+	assert.InDelta(t, 100.0/3600, r.Items[0].Rate, 1e-9)
+
+	// Want more than is left: a background refill (need 0) takes what is there.
+	r = lease1(t, s, region.LeaseGroup{{Key: key, Spec: spec, Need: 0, Want: 500}})
+	assert.Equal(t, int64(70), r.Items[0].Granted)
+	assert.Equal(t, int64(0), r.Items[0].Left)
+
+	// An empty bucket denies a need and says when it could give it.
+	r = lease1(t, s, region.LeaseGroup{{Key: key, Spec: spec, Need: 2, Want: 10}})
+	assert.False(t, r.Granted)
+	assert.Equal(t, int64(0), r.Items[0].Granted)
+	assert.InDelta(t, float64(72*time.Second), float64(r.Items[0].RetryAfter), float64(time.Second))
+
+	h, err := s.Client().HMGet(ctx, key, "granted", "wanted").Result()
+	require.NoError(t, err)
+	assert.Equal(t, "100", h[0])
+	assert.Equal(t, "540", h[1], "wanted counts denied asks too")
+
+	// Need above the burst can never be granted.
+	r = lease1(t, s, region.LeaseGroup{{Key: "rl:{tenant=b}:p:l", Spec: spec, Need: 101, Want: 101}})
+	assert.False(t, r.Granted)
+	assert.Less(t, r.Items[0].RetryAfter, time.Duration(0))
+}
+
+func TestLeaseAllOrNothing(t *testing.T) {
+	s := single(t)
+	small, big := tb(2, time.Hour, 0), tb(100, time.Hour, 0)
+	g := region.LeaseGroup{
+		{Key: "rl:{u}:p:big", Spec: big, Need: 1, Want: 50},
+		{Key: "rl:{u}:p:small", Spec: small, Need: 3, Want: 3},
+	}
+	r := lease1(t, s, g)
+	assert.False(t, r.Granted)
+	assert.Zero(t, r.Items[0].Granted)
+	assert.Zero(t, r.Items[0].RetryAfter, "big alone could give its need")
+	assert.Less(t, r.Items[1].RetryAfter, time.Duration(0))
+	n, err := s.Client().Exists(context.Background(), "rl:{u}:p:big", "rl:{u}:p:small").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "a denial writes no bucket")
+}
+
+func TestLeaseCoordinatorShareOverrides(t *testing.T) {
+	s := single(t)
+	ctx := context.Background()
+	key := "rl:{g}:p:l"
+	require.NoError(t, s.Client().HSet(ctx, key, "tokens", 5, "ts", redisNow(t, s.Client()), "rate", "0.5", "burst", 7).Err())
+	r := lease1(t, s, region.LeaseGroup{{Key: key, Spec: tb(1000, time.Second, 0), Need: 1, Want: 100}})
+	assert.True(t, r.Granted)
+	assert.Equal(t, int64(5), r.Items[0].Granted, "the share's tokens, not the policy's burst")
+	assert.Equal(t, int64(7), r.Items[0].Burst)
+	assert.InDelta(t, 0.5, r.Items[0].Rate, 1e-12)
+}
+
+func TestReturnDecaysWithAge(t *testing.T) {
+	s := single(t)
+	ctx := context.Background()
+	spec := tb(10, time.Second, 100)
+	key := "rl:{r}:p:l"
+	lease1(t, s, region.LeaseGroup{{Key: key, Spec: spec, Need: 100, Want: 100}})
+
+	// Returned at once: nearly everything comes back.
+	n, err := s.Return(ctx, []region.ReturnItem{{Key: key, Spec: spec, Unspent: 60, Age: 0}})
+	require.NoError(t, err)
+	assert.InDelta(t, 60, n, 1)
+	st := bucket(t, s.Client(), key)
+	assert.InDelta(t, 60, st.Tokens, 1)
+
+	// Returned 5 s after the ask: the bucket refilled 50 meanwhile, so only
+	// 40 of 90 unspent come back (credit = unspent - rate*age).
+	lease1(t, s, region.LeaseGroup{{Key: key, Spec: spec, Need: 0, Want: 100}})
+	n, err = s.Return(ctx, []region.ReturnItem{{Key: key, Spec: spec, Unspent: 90, Age: 5 * time.Second}})
+	require.NoError(t, err)
+	assert.InDelta(t, 40, n, 1)
+
+	// Old enough: nothing comes back.
+	n, err = s.Return(ctx, []region.ReturnItem{{Key: key, Spec: spec, Unspent: 10, Age: time.Minute}})
+	require.NoError(t, err)
+	assert.Zero(t, n)
+}
+
+func TestLeaseNoScriptAndCluster(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		addrs func(t *testing.T) []string
+	}{
+		{"single", func(t *testing.T) []string { return []string{redistest.Server(t).Addr} }},
+		{"cluster", func(t *testing.T) []string { return redistest.Cluster(t, 3) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := open(t, tc.addrs(t)...)
+			ctx := context.Background()
+			spec := tb(10, time.Second, 0)
+			var groups []region.LeaseGroup
+			for _, u := range []string{"a", "b", "c", "d", "e", "f"} {
+				groups = append(groups, region.LeaseGroup{{Key: "rl:{" + u + "}:p:l", Spec: spec, Need: 1, Want: 4}})
+			}
+			if cc, ok := s.Client().(*redis.ClusterClient); ok {
+				require.NoError(t, cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
+					return c.ScriptFlush(ctx).Err()
+				}))
+			} else {
+				require.NoError(t, s.Client().ScriptFlush(ctx).Err())
+			}
+			res, err := s.Lease(ctx, groups)
+			require.NoError(t, err)
+			for _, r := range res {
+				require.NoError(t, r.Err)
+				assert.Equal(t, int64(4), r.Items[0].Granted)
+			}
+		})
+	}
+}
