@@ -1,0 +1,73 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"google.golang.org/grpc"
+
+	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
+)
+
+// NoopServer is a RateLimiterService that answers ALLOWED to everything
+// without looking at the request. Running the same load against it and
+// against a node on the same machine gives the limiter's own cost as a
+// ratio, with the gRPC stack and the generator cancelled out.
+type NoopServer struct {
+	lis  net.Listener
+	srv  *grpc.Server
+	done chan struct{} // closed when Serve returns
+	err  error         // Serve's error; read only after done is closed
+}
+
+type noop struct {
+	ratelimitv1.UnimplementedRateLimiterServiceServer
+}
+
+func (noop) CheckRateLimit(context.Context, *ratelimitv1.RateLimitRequest) (*ratelimitv1.RateLimitResponse, error) {
+	return &ratelimitv1.RateLimitResponse{}, nil // Decision's zero value is ALLOWED
+}
+
+func (noop) CheckRateLimitBatch(_ context.Context, in *ratelimitv1.BatchRateLimitRequest) (*ratelimitv1.BatchRateLimitResponse, error) {
+	out := &ratelimitv1.BatchRateLimitResponse{Responses: make([]*ratelimitv1.RateLimitResponse, len(in.GetRequests()))}
+	for i := range out.Responses {
+		out.Responses[i] = &ratelimitv1.RateLimitResponse{}
+	}
+	return out, nil
+}
+
+// StartNoop listens on addr (":0" picks a port) and serves the no-op
+// service until Close. The server is a default grpc.NewServer, as the
+// node's is, so the comparison is like for like.
+func StartNoop(addr string) (*NoopServer, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	s := &NoopServer{lis: lis, srv: grpc.NewServer(), done: make(chan struct{})}
+	ratelimitv1.RegisterRateLimiterServiceServer(s.srv, noop{})
+	go func() {
+		defer close(s.done)
+		s.err = s.srv.Serve(lis)
+	}()
+	return s, nil
+}
+
+// Addr is the listen address.
+func (s *NoopServer) Addr() string { return s.lis.Addr().String() }
+
+// Done is closed when the server stops, by Close or by a serve error.
+func (s *NoopServer) Done() <-chan struct{} { return s.done }
+
+// Close stops the server, letting calls in flight finish, and returns the
+// serve error, if serving failed. It may be called more than once.
+func (s *NoopServer) Close() error {
+	s.srv.GracefulStop()
+	<-s.done
+	if s.err != nil && !errors.Is(s.err, grpc.ErrServerStopped) {
+		return fmt.Errorf("noop server: %w", s.err)
+	}
+	return nil
+}
