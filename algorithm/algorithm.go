@@ -64,10 +64,13 @@ func (a Algorithm) String() string {
 func (a Algorithm) Code() string { return codes[a] }
 
 // Leasable reports whether a node may take tokens of a in advance and
-// spend them in memory. Only the bucket algorithms can: their state is an
-// amount that can be drawn down and given back. A window or a log counts
-// what happened at which time, and a lease would hide when.
-func (a Algorithm) Leasable() bool { return a == TokenBucket || a == GCRA }
+// spend them in memory. Only the token bucket is: its state is an amount
+// that can be drawn down and given back, and lease.lua keeps exactly that
+// state. GCRA is the same bucket in another encoding (a theoretical
+// arrival time), but lease.lua does not read it, so leasing it would
+// split its state from the exact path's; a window or a log counts what
+// happened at which time, and a lease would hide when.
+func (a Algorithm) Leasable() bool { return a == TokenBucket }
 
 // Windowed reports whether a counts requests in time windows (the log and
 // window algorithms): for these Burst has no meaning.

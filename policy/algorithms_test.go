@@ -28,7 +28,7 @@ policies:
   - id: leased-window
     precision: leased
     limits:
-      - {name: ok, algorithm: gcra, limit: 5, period: 1s}
+      - {name: ok, algorithm: token_bucket, limit: 5, period: 1s}
       - {name: day, algorithm: fixed_window, limit: 5, period: 24h}
       - {name: otp, algorithm: sliding_window_log, limit: 20000, period: 1m}
       - {name: sw, algorithm: sliding_window_counter, limit: 5, period: 1m, burst: 9}
@@ -49,7 +49,7 @@ policies:
 	assert.Contains(t, got["leased-window limits[2].algorithm"], "limit 20000 is above 10000")
 	assert.Contains(t, got["leased-window limits[3].algorithm"], "has no burst")
 	assert.Contains(t, got["leased-window limits[4].algorithm"], "whole number of milliseconds")
-	assert.NotContains(t, got, "leased-window limits[0].algorithm", "gcra can be leased")
+	assert.NotContains(t, got, "leased-window limits[0].algorithm", "token_bucket can be leased")
 	assert.NotContains(t, got, "exact-window limits[0].algorithm", "exact precision takes any algorithm")
 	assert.Len(t, ve.Problems, 6, "%v", err)
 }
