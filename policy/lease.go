@@ -6,7 +6,7 @@ import (
 )
 
 // LeaseKnobs tune the leases of a `precision: leased` policy (see package
-// lease and docs/leasing.md for what each trades). A zero knob takes the
+// lease and ARCHITECTURE.md ("Leasing") for what each trades). A zero knob takes the
 // node's default (its --lease-* flags).
 type LeaseKnobs struct {
 	// TargetPeriod: a grant is the key's recent rate on a node times this.
