@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // benchManager is a manager over the in-memory fake region with a bucket
@@ -102,5 +104,19 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/keys, "bytes/key")
 		runtime.KeepAlive(subjects)
 		runtime.KeepAlive(m)
+	}
+}
+
+// BenchmarkReferenceXTimeRate is golang.org/x/time/rate's single-key
+// Allow, the yardstick of the leased decision's target (run both in one
+// go test invocation so the ratio is measured under the same load).
+func BenchmarkReferenceXTimeRate(b *testing.B) {
+	// Finite, so Allow does the bucket maths (rate.Inf short-circuits).
+	l := rate.NewLimiter(1e12, 1e9)
+	b.ReportAllocs()
+	for b.Loop() {
+		if !l.Allow() {
+			b.Fatal("denied")
+		}
 	}
 }
