@@ -1,15 +1,102 @@
-// Command allot-coordinator will exchange per-key usage between regions
-// over NATS and rebalance each region's share of global limits. It is not
-// built yet (see the multi-region issue); it says so and exits non-zero so
-// no deployment mistakes it for a working coordinator.
+// Command allot-coordinator serves the policy admin API over a policy
+// store and, with --region, runs the region's multi-region coordinator:
+// it exchanges per-key demand with the other regions over NATS and
+// rebalances this region's share of global limits (docs/multi-region.md;
+// flags in rebalance.go).
+//
+//	allot-coordinator --store nats://127.0.0.1:4222 --admin-token T
+//	allot-coordinator --store postgres://allot@db/allot --admin-addr 0.0.0.0:8070 --admin-token T
+//	allot-coordinator --policies examples/policies.yaml           # = --store file:examples/policies.yaml
+//
+// Every flag can also be set as an ALLOT_ environment variable
+// (--admin-token is ALLOT_ADMIN_TOKEN); the command line wins. SIGINT or
+// SIGTERM stops it, letting admin requests in flight finish.
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/allot-dev/allot/admin"
+	"github.com/allot-dev/allot/envflag"
+	"github.com/allot-dev/allot/policystore"
 )
 
 func main() {
-	fmt.Fprintln(os.Stderr, "allot-coordinator: not built yet: multi-region rebalancing is planned (see ARCHITECTURE.md)")
-	os.Exit(2)
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "allot-coordinator:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("allot-coordinator", flag.ContinueOnError)
+	store := fs.String("store", "", "policy store: file:PATH, nats://HOST:PORT (JetStream KV allot-policies) or postgres://...")
+	policies := fs.String("policies", "", "policy file; shorthand for --store file:PATH")
+	adminAddr := fs.String("admin-addr", "127.0.0.1:8070", "admin API listen address; off loopback it needs --admin-token")
+	adminToken := fs.String("admin-token", "", "bearer token admin API writes must present")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	rebalance := addRebalanceFlags(fs)
+	envflag.Usage(fs, "ALLOT_")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := envflag.Apply(fs, "ALLOT_"); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	url, err := storeURL(*store, *policies)
+	if err != nil {
+		return err
+	}
+	if err := admin.CheckAddr(*adminAddr, *adminToken); err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	st, err := policystore.Open(ctx, url, policystore.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	waitRebalance, err := rebalance.start(ctx, st, log)
+	if err != nil {
+		return err
+	}
+	defer waitRebalance()
+	lis, err := net.Listen("tcp", *adminAddr)
+	if err != nil {
+		return fmt.Errorf("admin API: listen on %s: %w", *adminAddr, err)
+	}
+	if *adminToken == "" {
+		log.Warn("admin API without a token: writes are open to anyone on this host")
+	}
+	log.Info("coordinator serving the admin API", "addr", lis.Addr().String(), "store", st.String())
+	err = admin.New(admin.Config{Store: st, Token: *adminToken, Logger: log}).Serve(ctx, lis)
+	log.Info("coordinator stopped")
+	return err
+}
+
+func storeURL(store, policies string) (string, error) {
+	switch {
+	case store != "" && policies != "":
+		return "", errors.New("set --store or --policies, not both (--policies PATH means --store file:PATH)")
+	case store != "":
+		return store, nil
+	case policies != "":
+		return "file:" + policies, nil
+	}
+	return "", errors.New("no policy store: set --store URL (or --policies PATH)")
 }

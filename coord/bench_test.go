@@ -1,0 +1,87 @@
+package coord
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	coordv1 "github.com/allot-dev/allot/proto/coord/v1"
+	"github.com/allot-dev/allot/rebalance"
+)
+
+// hotKeys builds n report entries with realistic keys: a per-tenant
+// global limit, rl:{tenant=t-000042}:api-global:rps.
+func hotKeys(n int) []entry {
+	es := make([]entry, n)
+	for i := range es {
+		es[i] = entry{key: fmt.Sprintf("rl:{tenant=t-%06d}:api-global:rps", i), rate: float32(100 + i%900), weight: float32(100 + i%700), share: rebalance.Share(1e8 + i)}
+	}
+	return es
+}
+
+var benchLimits = StaticLimits{"api-global:rps": {Rate: 3000, Burst: 3000}}
+
+// BenchmarkReport measures one region's report per interval: its encoded
+// size (B/report), chunks under a 1 MiB NATS max payload, and the time to
+// encode it.
+func BenchmarkReport(b *testing.B) {
+	for _, n := range []int{1_000, 100_000} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			es := hotKeys(n)
+			var bytes, chunks int
+			for b.Loop() {
+				msgs := encodeReport("eu-west-1", 179599367, 10000, es, 1<<20)
+				bytes, chunks = 0, len(msgs)
+				for _, m := range msgs {
+					bytes += proto.Size(m)
+				}
+			}
+			b.ReportMetric(float64(bytes), "B/report")
+			b.ReportMetric(float64(bytes)/float64(n), "B/key")
+			b.ReportMetric(float64(chunks), "chunks")
+		})
+	}
+}
+
+// BenchmarkEpochCPU measures the coordinator's own CPU per interval for n
+// hot keys in 3 regions: decoding the two other reports, planning every
+// key and listing the share updates of both phases (no network, no Redis).
+func BenchmarkEpochCPU(b *testing.B) {
+	for _, n := range []int{1_000, 100_000} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			regions := []string{"ap", "eu", "us"}
+			k := DefaultKnobs()
+			mine := hotKeys(n)
+			var msgs []*coordv1.Message
+			for _, r := range []string{"ap", "us"} {
+				msgs = append(msgs, encodeReport(r, 1, k.Interval.Milliseconds(), hotKeys(n), 1<<20)...)
+			}
+			wire := make([][]byte, len(msgs))
+			for i, m := range msgs {
+				wire[i], _ = proto.Marshal(m)
+			}
+			c, err := New(Config{Region: "eu", Regions: regions, Transport: NewHub().Join("eu"), Demand: DrainFunc(func(func(string, int64, int64)) {}),
+				Writer: ledgerWriter{}, Limits: benchLimits, Now: func() time.Time { return time.UnixMilli(k.Interval.Milliseconds()) }})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				clear(c.rounds)
+				for _, w := range wire {
+					m := &coordv1.Message{}
+					if err := proto.Unmarshal(w, m); err != nil {
+						b.Fatal(err)
+					}
+					c.file(m)
+				}
+				r := c.roundOrEmpty(roundID{1, k.Interval.Milliseconds()})
+				heard := c.heard(r)
+				plans := c.plan(r, mine, heard, k)
+				c.updates(plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Shrunk[kp.Self] }, k, true)
+				c.updates(plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Grow(true) }, k, false)
+			}
+		})
+	}
+}

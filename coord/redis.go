@@ -1,0 +1,174 @@
+package coord
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/allot-dev/allot/rebalance"
+)
+
+// ShareWriter applies a region's shares to its buckets.
+type ShareWriter interface {
+	// WriteShares applies every update. On error some may have been
+	// applied and others not.
+	WriteShares(ctx context.Context, us []ShareUpdate) error
+	// ReadShares returns the share in force for each key (rounded up, so
+	// a new active coordinator never under-estimates what its region
+	// holds); a key without one has the default and is left out.
+	ReadShares(ctx context.Context, keys []string, limits Limits) (map[string]rebalance.Share, error)
+}
+
+// ShareUpdate is one key's new share.
+type ShareUpdate struct {
+	Key   string
+	Share rebalance.Share
+	// Global is the key's global limit; the share's rate and burst are
+	// its Share of it. Old is what the bucket enforces while it holds no
+	// share (the lease script's fallback), used to refill at the old rate.
+	Global Limit
+	Old    Limit
+	TTL    time.Duration
+}
+
+//go:embed share.lua
+var shareSrc string
+
+var shareScript = redis.NewScript(shareSrc)
+
+// RedisWriter writes shares into the region's Redis hashes (the buckets
+// the lease script reads). Keys are hash-tagged, so a Cluster client
+// routes each to its slot.
+type RedisWriter struct {
+	Client redis.UniversalClient
+}
+
+// WriteShares implements ShareWriter: one pipelined round trip (per
+// cluster node) of share.lua calls. The script is idempotent (it sets
+// numbers and refills to now), so a NOSCRIPT reply is simply re-run with
+// EVAL.
+func (w RedisWriter) WriteShares(ctx context.Context, us []ShareUpdate) error {
+	if len(us) == 0 {
+		return nil
+	}
+	run := func(eval bool, todo []ShareUpdate) ([]redis.Cmder, error) {
+		pipe := w.Client.Pipeline()
+		for _, u := range todo {
+			args := []any{
+				ftoa(u.Share.Of(u.Global.Rate)), ftoa(u.Share.Of(u.Global.Burst)),
+				ftoa(u.Old.Rate), ftoa(u.Old.Burst), u.TTL.Milliseconds(),
+			}
+			if eval {
+				shareScript.Eval(ctx, pipe, []string{u.Key}, args...)
+			} else {
+				shareScript.EvalSha(ctx, pipe, []string{u.Key}, args...)
+			}
+		}
+		return pipe.Exec(ctx)
+	}
+	cmds, err := run(false, us)
+	if err == nil {
+		return nil
+	}
+	var retry []ShareUpdate
+	var errs []error
+	for i, c := range cmds {
+		if e := c.Err(); e != nil {
+			if strings.HasPrefix(e.Error(), "NOSCRIPT") {
+				retry = append(retry, us[i])
+			} else {
+				errs = append(errs, fmt.Errorf("%s: %w", us[i].Key, e))
+			}
+		}
+	}
+	if len(cmds) == 0 {
+		errs = append(errs, err)
+	}
+	if len(retry) > 0 {
+		if _, err := run(true, retry); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("coord: write shares: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// ReadShares implements ShareWriter.
+func (w RedisWriter) ReadShares(ctx context.Context, keys []string, limits Limits) (map[string]rebalance.Share, error) {
+	pipe := w.Client.Pipeline()
+	cmds := make([]*redis.StringCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.HGet(ctx, k, "rate")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("coord: read shares: %w", err)
+	}
+	out := map[string]rebalance.Share{}
+	for i, c := range cmds {
+		v, err := c.Float64()
+		if err != nil {
+			continue // no share: the default
+		}
+		l, ok := limits.Global(keys[i])
+		if !ok || l.Rate <= 0 {
+			continue
+		}
+		s := math.Ceil(v / l.Rate * float64(rebalance.Unit))
+		out[keys[i]] = rebalance.Share(min(s, float64(rebalance.Unit)))
+	}
+	return out, nil
+}
+
+func ftoa(v float64) string { return strconv.FormatFloat(v, 'g', 17, 64) }
+
+// RedisLock elects one active coordinator per region: SET key id NX PX
+// ttl, renewed by its holder with a compare-and-expire. A holder that
+// cannot renew within ttl loses the lock to a standby.
+type RedisLock struct {
+	Client redis.UniversalClient
+	Key    string // e.g. allot:coordinator:{eu}
+	ID     string // unique per process
+	TTL    time.Duration
+}
+
+var renewScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
+`)
+
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`)
+
+// Hold acquires or renews the lock and reports whether this process holds
+// it now.
+func (l *RedisLock) Hold(ctx context.Context) (bool, error) {
+	n, err := renewScript.Run(ctx, l.Client, []string{l.Key}, l.ID, l.TTL.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("coord: lock %s: %w", l.Key, err)
+	}
+	return n == 1, nil
+}
+
+// Release gives the lock up if this process holds it, so a standby takes
+// over at once instead of after the TTL.
+func (l *RedisLock) Release(ctx context.Context) error {
+	if err := releaseScript.Run(ctx, l.Client, []string{l.Key}, l.ID).Err(); err != nil {
+		return fmt.Errorf("coord: release %s: %w", l.Key, err)
+	}
+	return nil
+}
