@@ -27,6 +27,16 @@
 --   burst     effective burst (policy or coordinator share)
 --   rate      effective rate in tokens/s, as a string (may be fractional)
 
+-- extend_ttl sets the key's TTL to ms unless it already lives longer: the
+-- coordinator's share.lua may have set a longer TTL to keep the region's
+-- share, and shortening it would drop the share while the key idles.
+-- (PEXPIRE ... GT would never set a TTL on a key that has none.)
+local function extend_ttl(key, ms)
+  if redis.call('PTTL', key) < ms then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
@@ -110,7 +120,7 @@ for i = 1, n do
     redis.call('HSET', KEYS[i], 'tokens', s.tokens, 'ts', s.ts)
     redis.call('HINCRBY', KEYS[i], 'granted', granted)
     redis.call('HINCRBY', KEYS[i], 'wanted', p.want)
-    redis.call('PEXPIRE', KEYS[i], math.ceil(p.burst / p.rate * 1000) + 1000)
+    extend_ttl(KEYS[i], math.ceil(p.burst / p.rate * 1000) + 1000)
   elseif p.exists then
     -- Record the demand a denial could not serve, without touching tokens
     -- or the TTL: the coordinator reads it as unmet demand.

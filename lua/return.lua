@@ -19,6 +19,16 @@
 --
 -- Returns the whole tokens credited in total.
 
+-- extend_ttl sets the key's TTL to ms unless it already lives longer: the
+-- coordinator's share.lua may have set a longer TTL to keep the region's
+-- share, and shortening it would drop the share while the key idles.
+-- (PEXPIRE ... GT would never set a TTL on a key that has none.)
+local function extend_ttl(key, ms)
+  if redis.call('PTTL', key) < ms then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
@@ -68,7 +78,7 @@ for i = 1, n do
     credited = credited + (tokens - before)
     local granted = math.max(0, (tonumber(h[5]) or 0) - unspent)
     redis.call('HSET', KEYS[i], 'tokens', tokens, 'ts', ts, 'granted', granted)
-    redis.call('PEXPIRE', KEYS[i], math.ceil(burst / rate * 1000) + 1000)
+    extend_ttl(KEYS[i], math.ceil(burst / rate * 1000) + 1000)
   end
 end
 return math.floor(credited)

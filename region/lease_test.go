@@ -146,3 +146,25 @@ func TestLeaseNoScriptAndCluster(t *testing.T) {
 		})
 	}
 }
+
+// A coordinator's share must outlive an idle bucket's own TTL: a grant
+// may extend the key's TTL but never shorten one the coordinator set.
+func TestLeaseNeverShortensTTL(t *testing.T) {
+	s := single(t)
+	ctx := context.Background()
+	key := "rl:{tenant=ttl}:p:l"
+	spec := tb(100, time.Second, 0) // own TTL: 1 s of refill + 1 s grace
+	require.NoError(t, s.Client().HSet(ctx, key, "rate", 100, "burst", 100).Err())
+	require.NoError(t, s.Client().PExpire(ctx, key, time.Hour).Err())
+	lease1(t, s, region.LeaseGroup{{Key: key, Spec: spec, Need: 1, Want: 10}})
+	ttl, err := s.Client().PTTL(ctx, key).Result()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, 59*time.Minute, "the coordinator's longer TTL survives a grant")
+
+	fresh := "rl:{tenant=ttl2}:p:l"
+	lease1(t, s, region.LeaseGroup{{Key: fresh, Spec: spec, Need: 1, Want: 10}})
+	ttl, err = s.Client().PTTL(ctx, fresh).Result()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, time.Duration(0), "a new bucket still gets an idle TTL")
+	assert.LessOrEqual(t, ttl, 2*time.Second)
+}
