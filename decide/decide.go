@@ -75,6 +75,9 @@ type Decider struct {
 	log      *slog.Logger
 	leases   *lease.Manager // nil: leased policies take the exact path
 	view     atomic.Pointer[leaseView]
+	fallback Fallback // nil: on_store_failure: local fails open
+	timeout  time.Duration
+	warned   atomic.Int64 // unix ns of the last store-failure warning
 }
 
 // New returns a Decider over store, enforcing set.
@@ -144,44 +147,51 @@ func (d *Decider) Check(ctx context.Context, r *policy.Request) (Decision, error
 		return Decision{Outcome: Allowed}, nil
 	}
 	var p plan
-	var leasedBuf [8]*policy.Compiled
-	leased := leasedBuf[:0]
+	var leasedBuf, exactBuf [8]*policy.Compiled
+	leased, exact := leasedBuf[:0], exactBuf[:0]
 	for _, pol := range matched {
 		if d.leasedLimits(set, pol) != nil {
 			leased = append(leased, pol)
 			continue
 		}
+		exact = append(exact, pol)
 		p.add(pol.Subject(r, tier), pol, cost)
 	}
 	var takes []leasedTake
+	var failed []*policy.Compiled // decided by on_store_failure
+	var cause error
 	if len(leased) > 0 {
 		var takeBuf [8]leasedTake
 		var denied bool
-		var err error
-		takes, denied, err = d.takeLeased(ctx, set, leased, r, tier, cost, takeBuf[:0])
-		if err != nil {
-			return d.storeFailed(ctx, matched, err)
-		}
-		if denied || len(p.groups) == 0 {
+		takes, denied, failed, cause = d.takeLeased(ctx, set, leased, r, tier, cost, takeBuf[:0])
+		if denied || (len(p.groups) == 0 && len(failed) == 0) {
 			// A leased denial decides without asking the store at all.
 			return p.decide(nil, cost, takes), nil
 		}
 	}
-	results, err := d.store.Take(ctx, p.groups)
-	if err != nil {
-		dec, err := d.storeFailed(ctx, matched, err)
-		if err != nil || dec.Outcome == Throttled {
+	var results []algorithm.Result
+	sctx := ctx
+	if len(p.groups) > 0 {
+		var cancel context.CancelFunc
+		sctx, cancel = d.storeCtx(ctx)
+		defer cancel()
+		var err error
+		results, err = d.store.Take(sctx, p.groups)
+		switch {
+		case err != nil:
+			failed, cause = append(failed, exact...), err
+			p, results = plan{}, nil
+		case len(results) != len(p.groups):
 			d.giveBack(takes)
+			return Decision{}, fmt.Errorf("store answered %d groups for %d", len(results), len(p.groups))
 		}
-		return dec, err
 	}
-	if len(results) != len(p.groups) {
-		d.giveBack(takes)
-		return Decision{}, fmt.Errorf("store answered %d groups for %d", len(results), len(p.groups))
+	if len(failed) > 0 {
+		return d.degraded(ctx, sctx, r, tier, cost, &p, results, takes, failed, cause)
 	}
 	dec := p.decide(results, cost, takes)
 	if dec.Outcome == Throttled {
-		d.refund(ctx, &p, results)
+		d.refund(sctx, &p, results)
 		d.giveBack(takes)
 	}
 	return dec, nil
@@ -190,6 +200,13 @@ func (d *Decider) Check(ctx context.Context, r *policy.Request) (Decision, error
 // refund gives back what the allowed groups of a denied request took, so a
 // denial by one subject burns no tokens of another.
 func (d *Decider) refund(ctx context.Context, p *plan, results []algorithm.Result) {
+	d.refundTo(ctx, d.store, p, results)
+}
+
+// refundTo gives back to store what the allowed groups of p took. The
+// refund outlives the caller's cancellation but not ctx's deadline: it
+// shares the take's time budget.
+func (d *Decider) refundTo(ctx context.Context, store Store, p *plan, results []algorithm.Result) {
 	var back []algorithm.Group
 	for i, res := range results {
 		if res.Allowed {
@@ -199,7 +216,13 @@ func (d *Decider) refund(ctx context.Context, p *plan, results []algorithm.Resul
 	if len(back) == 0 {
 		return
 	}
-	if err := d.store.Refund(context.WithoutCancel(ctx), back); err != nil {
+	rctx := context.WithoutCancel(ctx)
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithDeadline(rctx, dl)
+		defer cancel()
+	}
+	if err := store.Refund(rctx, back); err != nil {
 		// Lost refunds under-admit until the buckets refill; never over-admit.
 		d.log.Warn("refund failed", "groups", len(back), "err", err)
 	}
@@ -284,25 +307,6 @@ func reason(st *Status, cost int64) string {
 
 // ErrStoreUnavailable marks a decision made without the store.
 var ErrStoreUnavailable = errors.New("rate-limit store unavailable")
-
-// storeFailed decides without the store: closed if any enforced matching
-// policy says so, else open.
-func (d *Decider) storeFailed(ctx context.Context, matched []*policy.Compiled, err error) (Decision, error) {
-	if ctx.Err() != nil {
-		return Decision{}, ctx.Err()
-	}
-	d.log.Warn("store failed; deciding by on_store_failure", "err", err)
-	for _, pol := range matched {
-		if !pol.Shadow && pol.OnStoreFailure == policy.FailClosed {
-			return Decision{
-				Outcome:  Throttled,
-				PolicyID: pol.ID,
-				Reason:   fmt.Sprintf("policy %s: %v and the policy fails closed", pol.ID, ErrStoreUnavailable),
-			}, nil
-		}
-	}
-	return Decision{Outcome: FailedOpen, Reason: ErrStoreUnavailable.Error()}, nil
-}
 
 // Seconds rounds d up to whole seconds, as Retry-After wants.
 func Seconds(d time.Duration) int64 {

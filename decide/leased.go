@@ -74,20 +74,25 @@ type leasedTake struct {
 	res lease.Result
 }
 
-// takeLeased takes cost from every limit of the leased policies. It
-// returns the takes and whether an enforced limit denied; on a denial or
-// an error the enforced takes are given back.
-func (d *Decider) takeLeased(ctx context.Context, set *policy.Set, pols []*policy.Compiled, r *policy.Request, tier string, cost int64, takes []leasedTake) ([]leasedTake, bool, error) {
-	denied := false
+// takeLeased takes cost from every limit of the leased policies, spending
+// tokens on hand first. It returns the takes, whether an enforced limit
+// denied (then every enforced take is given back), and the policies whose
+// take failed because a refill could not reach the store, with the last
+// such error: those are decided by their on_store_failure, and the
+// policy's own takes are given back.
+func (d *Decider) takeLeased(ctx context.Context, set *policy.Set, pols []*policy.Compiled, r *policy.Request, tier string, cost int64, takes []leasedTake) (_ []leasedTake, denied bool, failed []*policy.Compiled, err error) {
 	var buf [256]byte
 	for _, pol := range pols {
 		lims := d.leasedLimits(set, pol)
 		subject := pol.AppendSubject(buf[:0], r, tier)
+		start := len(takes)
 		for i, ll := range lims {
-			res, err := d.leases.Take(ctx, ll, subject, cost)
-			if err != nil {
-				d.giveBack(takes)
-				return takes, false, err
+			res, terr := d.leases.Take(ctx, ll, subject, cost)
+			if terr != nil {
+				d.giveBack(takes[start:])
+				takes = takes[:start]
+				failed, err = append(failed, pol), terr
+				break
 			}
 			takes = append(takes, leasedTake{pol: pol, lim: &pol.Limits[i], res: res})
 			if !res.Allowed && !pol.Shadow {
@@ -98,7 +103,7 @@ func (d *Decider) takeLeased(ctx context.Context, set *policy.Set, pols []*polic
 	if denied {
 		d.giveBack(takes)
 	}
-	return takes, denied, nil
+	return takes, denied, failed, err
 }
 
 // giveBack returns the enforced takes to the lease: the request was denied,

@@ -45,6 +45,10 @@ type Source interface {
 // ErrClosed is returned by Take after Close.
 var ErrClosed = errors.New("lease: manager closed")
 
+// ErrWaitTimeout is returned by Take when its refill took longer than
+// Options.MaxWait.
+var ErrWaitTimeout = errors.New("lease: refill took longer than the wait bound")
+
 // Options configure a Manager.
 type Options struct {
 	// Source is the region store. Required.
@@ -65,7 +69,13 @@ type Options struct {
 	Workers int
 	// CallTimeout bounds one lease or return call. Zero means 1s.
 	CallTimeout time.Duration
-	Logger      *slog.Logger
+	// MaxWait bounds how long a Take with no tokens on hand waits for its
+	// refill, whatever ctx allows; after it the Take fails with
+	// ErrWaitTimeout and the caller decides by on_store_failure. The
+	// refill itself goes on (up to CallTimeout) and serves later takes.
+	// Zero means no bound beyond ctx.
+	MaxWait time.Duration
+	Logger  *slog.Logger
 }
 
 // Manager holds leases for many keys. It is safe for concurrent use;
@@ -338,11 +348,21 @@ func (m *Manager) await(ctx context.Context, sh *shard, e *entry, need int64) (d
 	if r == nil {
 		return true, nil
 	}
+	var expired <-chan time.Time
+	if m.opts.MaxWait > 0 {
+		// Only a take with no tokens on hand gets here: the timer is off
+		// the lock-free path.
+		t := time.NewTimer(m.opts.MaxWait)
+		defer t.Stop()
+		expired = t.C
+	}
 	select {
 	case <-r.done:
 		return e.flags.Load()&flagDead != 0, r.err
 	case <-ctx.Done():
 		return false, fmt.Errorf("lease: waiting for a refill: %w", ctx.Err())
+	case <-expired:
+		return false, ErrWaitTimeout
 	}
 }
 

@@ -30,7 +30,7 @@ type httpListener struct {
 // reach /v1/check and spend other callers' tokens.
 func (n *Node) startHTTP() error {
 	if n.cfg.HTTPAddr != "" {
-		h := server.NewHTTP(n.decider, server.HTTPOptions{Logger: n.log, Ready: func() bool { return !n.closing.Load() }})
+		h := server.NewHTTP(n.decider, server.HTTPOptions{Logger: n.log, Ready: func() bool { return !n.closing.Load() }, Status: n.StoreStatus})
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 		if err := n.serveHTTP("http", n.cfg.HTTPAddr, srv); err != nil {
 			return err

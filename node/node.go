@@ -49,6 +49,9 @@ type Config struct {
 	// lease's defaults. Leases need Redis: standalone decides leased
 	// policies on the in-process store.
 	Lease lease.Config
+	// Resilience: Redis deadlines, breakers, local fallback and gossip
+	// (node/resilience.go).
+	Resilience Resilience
 }
 
 // Node is a running node. Close stops it.
@@ -68,6 +71,7 @@ type Node struct {
 	https      []*httpListener
 	httpFailed chan error
 	closing    atomic.Bool // set by Close: /readyz answers 503
+	res        resilience  // node/resilience.go
 }
 
 // Start loads the policies, connects the store and starts serving. A bad
@@ -92,6 +96,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if n.leases != nil {
 		n.decider.UseLeases(n.leases)
 	}
+	rs, _ := store.(*region.Store)
+	if err := n.startResilience(rs); err != nil {
+		return nil, errors.Join(err, n.closeAll())
+	}
 	lis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
 		n.closeAll()
@@ -103,6 +111,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpc, n.health)
 	n.health.SetServingStatus(ratelimitv1.RateLimiterService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	n.watchStore()
 	rlsv3.RegisterRateLimitServiceServer(n.grpc, server.NewEnvoy(n.decider, server.EnvoyOptions{}))
 	reflection.Register(n.grpc)
 	go func() { n.served <- n.grpc.Serve(lis) }()
@@ -121,11 +130,11 @@ func (n *Node) openStore(ctx context.Context) (decide.Store, error) {
 	if len(n.cfg.Redis) == 0 {
 		return memstore.New(nil), nil
 	}
-	st, err := region.Open(ctx, n.cfg.Redis, region.Options{})
+	st, err := region.Open(ctx, n.cfg.Redis, n.cfg.Resilience.regionOptions(n))
 	if err != nil {
 		return nil, fmt.Errorf("connect to region redis %v: %w", n.cfg.Redis, err)
 	}
-	m, err := lease.New(lease.Options{Source: st, Defaults: n.cfg.Lease, Logger: n.log})
+	m, err := lease.New(lease.Options{Source: st, Defaults: n.cfg.Lease, Logger: n.log, MaxWait: n.cfg.Resilience.redisTimeout()})
 	if err != nil {
 		_ = st.Close()
 		return nil, fmt.Errorf("lease manager: %w", err)

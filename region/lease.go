@@ -65,6 +65,8 @@ type ReturnItem struct {
 // each result carries its own error. The returned error is for arguments
 // the caller got wrong; nothing was sent then.
 func (s *Store) Lease(ctx context.Context, groups []LeaseGroup) ([]LeaseResult, error) {
+	ctx, cancel := deadline(ctx, s.opts.LeaseTimeout)
+	defer cancel()
 	keys := make([][]string, len(groups))
 	args := make([][]any, len(groups))
 	for i, g := range groups {
@@ -97,6 +99,8 @@ func (s *Store) Lease(ctx context.Context, groups []LeaseGroup) ([]LeaseResult, 
 // Return runs return.lua once per item, all in one pipelined round trip,
 // and returns the whole tokens the buckets were credited.
 func (s *Store) Return(ctx context.Context, items []ReturnItem) (int64, error) {
+	ctx, cancel := deadline(ctx, s.opts.LeaseTimeout)
+	defer cancel()
 	keys := make([][]string, len(items))
 	args := make([][]any, len(items))
 	for i, it := range items {
@@ -132,12 +136,18 @@ func (s *Store) Return(ctx context.Context, items []ReturnItem) (int64, error) {
 // evalAll sends script once per non-nil keys[i] with EVALSHA in one
 // pipeline, and again with EVAL for the calls that failed with NOSCRIPT
 // (the script did not run: flushed cache, failover). Errors stay in the
-// commands. It is run's twin for scripts whose arguments are not Groups.
+// commands. Calls to a shard whose circuit breaker is open are not sent;
+// their commands carry ErrUnavailable. Every call of the store goes
+// through here, so every call is guarded and counted by its breaker.
 func (s *Store) evalAll(ctx context.Context, script *redis.Script, keys [][]string, args [][]any) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(keys))
+	send, report := s.guard(ctx, keys, cmds)
+	defer report()
+	// The pipeline's own error is the first command error; each command
+	// carries its own, so it is inspected per command below.
 	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range keys {
-			if keys[i] != nil {
+			if send[i] {
 				cmds[i] = script.EvalSha(ctx, p, keys[i], args[i]...)
 			}
 		}
@@ -145,7 +155,7 @@ func (s *Store) evalAll(ctx context.Context, script *redis.Script, keys [][]stri
 	})
 	var again []int
 	for i, c := range cmds {
-		if c != nil && redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+		if send[i] && redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
 			again = append(again, i)
 		}
 	}

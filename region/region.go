@@ -18,6 +18,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"strings"
 	"time"
 
@@ -32,6 +34,16 @@ const (
 	DefaultDialTimeout  = 2 * time.Second
 	DefaultReadTimeout  = time.Second
 	DefaultWriteTimeout = time.Second
+	// DefaultTimeout is the deadline a node gives one exact-path call
+	// (Take, Refund; flag --redis-timeout): a slow Redis is worse than a
+	// dead one (seed 001). Options.Timeout left zero means ReadTimeout
+	// instead, for tools (coordinator, tests) that are not on a request
+	// path.
+	DefaultTimeout = 5 * time.Millisecond
+	// DefaultLeaseTimeout is the deadline of one lease call (Lease,
+	// Return). Refills are asynchronous, so it may be longer than Timeout:
+	// a slow Redis still refills leases while no decision waits for it.
+	DefaultLeaseTimeout = 250 * time.Millisecond
 )
 
 // Options configure the connection to the region's Redis.
@@ -47,6 +59,21 @@ type Options struct {
 	// PoolSize is the connection pool size per node; zero means the
 	// go-redis default (10 per GOMAXPROCS).
 	PoolSize int
+	// Timeout is the deadline of every Take and Refund call, dial and
+	// connection-pool wait included; zero means ReadTimeout. Nodes set
+	// DefaultTimeout (5 ms). A caller's earlier deadline wins.
+	Timeout time.Duration
+	// LeaseTimeout is the deadline of every Lease and Return call
+	// (default DefaultLeaseTimeout); a caller's earlier deadline wins.
+	LeaseTimeout time.Duration
+	// Breaker configures the per-shard circuit breakers (breaker.go).
+	Breaker BreakerOptions
+	// Logger receives breaker state changes; nil discards them.
+	Logger *slog.Logger
+	// Dialer, when set, opens every connection (addr is the Redis node's
+	// own address, as the cluster announces it). A seam for tests that
+	// route one shard through a fault-injecting proxy.
+	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 func (o Options) withDefaults() Options {
@@ -59,14 +86,34 @@ func (o Options) withDefaults() Options {
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = DefaultWriteTimeout
 	}
+	if o.Timeout <= 0 {
+		o.Timeout = o.ReadTimeout
+	}
+	if o.LeaseTimeout <= 0 {
+		o.LeaseTimeout = DefaultLeaseTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
 	return o
 }
 
 // Store runs the bucket scripts on the region's Redis. It is safe for
 // concurrent use.
 type Store struct {
-	client  redis.UniversalClient
-	cluster bool
+	client   redis.UniversalClient
+	cluster  bool
+	addr     string // the single server's address (its breaker's name)
+	opts     Options
+	breakers *breakers // nil when disabled
+}
+
+func newStore(c redis.UniversalClient, cluster bool, addr string, opts Options) *Store {
+	s := &Store{client: c, cluster: cluster, addr: addr, opts: opts}
+	if !opts.Breaker.Disabled {
+		s.breakers = newBreakers(opts.Breaker, opts.Logger)
+	}
+	return s
 }
 
 // Open connects to the region's Redis. One address is probed with
@@ -87,7 +134,7 @@ func Open(ctx context.Context, addrs []string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("region: open %s: %w", addrs[0], err)
 		}
 		if !enabled {
-			return &Store{client: c}, nil
+			return newStore(c, false, addrs[0], opts), nil
 		}
 		c.Close()
 		cluster = true
@@ -104,12 +151,23 @@ func Open(ctx context.Context, addrs []string, opts Options) (*Store, error) {
 		// have run. MOVED/ASK redirects are still followed (MaxRedirects),
 		// as the script did not run on the wrong node.
 		MaxRetries: -1,
+		// Deadlines: see clientOptions.
+		ContextTimeoutEnabled: true,
+		DialerRetries:         1,
+		PoolTimeout:           opts.Timeout,
+		Dialer:                opts.Dialer,
 	})
 	if err := cc.Ping(ctx).Err(); err != nil {
 		cc.Close()
 		return nil, fmt.Errorf("region: open cluster %s: %w", strings.Join(addrs, ","), err)
 	}
-	return &Store{client: cc, cluster: true}, nil
+	// Open a connection to every shard now: a first call that must dial
+	// and handshake would not fit a deadline of a few milliseconds.
+	if err := cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }); err != nil {
+		cc.Close()
+		return nil, fmt.Errorf("region: open cluster %s: %w", strings.Join(addrs, ","), err)
+	}
+	return newStore(cc, true, "", opts), nil
 }
 
 func clientOptions(addr string, opts Options) *redis.Options {
@@ -124,6 +182,17 @@ func clientOptions(addr string, opts Options) *redis.Options {
 		// A script whose reply was lost may have run; retrying could take
 		// twice. The caller sees the error and decides.
 		MaxRetries: -1,
+		// Every call carries a deadline (Timeout or LeaseTimeout) and the
+		// socket, the dial and the pool wait must all obey it: a read
+		// deadline from ctx, one dial attempt (the default retries five
+		// times with 100 ms pauses), and a pool wait no longer than a call.
+		ContextTimeoutEnabled: true,
+		DialerRetries:         1,
+		PoolTimeout:           opts.Timeout,
+		Dialer:                opts.Dialer,
+		// Pipelines share the main pool, whose connection Open warmed,
+		// instead of a dedicated pool that dials on the first call.
+		PipelinePoolSize: -1,
 	}
 }
 
@@ -164,6 +233,8 @@ func (s *Store) Close() error {
 // are returned, but groups other than the failing one may have been
 // taken: that errs on the side of counting too much.
 func (s *Store) Take(ctx context.Context, groups []algorithm.Group) ([]algorithm.Result, error) {
+	ctx, cancel := deadline(ctx, s.opts.Timeout)
+	defer cancel()
 	cmds, err := s.run(ctx, lua.Check, groups)
 	if err != nil {
 		return nil, fmt.Errorf("region: take: %w", err)
@@ -192,6 +263,8 @@ func (s *Store) Take(ctx context.Context, groups []algorithm.Group) ([]algorithm
 // existing bucket gets its item's cost back (capped at capacity). Pass the
 // groups exactly as they were passed to a Take that allowed them.
 func (s *Store) Refund(ctx context.Context, groups []algorithm.Group) error {
+	ctx, cancel := deadline(ctx, s.opts.Timeout)
+	defer cancel()
 	cmds, err := s.run(ctx, lua.Refund, groups)
 	if err != nil {
 		return fmt.Errorf("region: refund: %w", err)
@@ -233,33 +306,20 @@ func (s *Store) run(ctx context.Context, script *redis.Script, groups []algorith
 		calls[i] = call{keys, args}
 	}
 
-	cmds := make([]*redis.Cmd, len(groups))
-	// The pipeline's own error is the first command error; each command
-	// carries its own, so it is inspected per command below.
-	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, c := range calls {
-			if c.keys != nil {
-				cmds[i] = script.EvalSha(ctx, p, c.keys, c.args...)
-			}
-		}
-		return nil
-	})
+	keys := make([][]string, len(calls))
+	args := make([][]any, len(calls))
+	for i, c := range calls {
+		keys[i], args[i] = c.keys, c.args
+	}
+	return s.evalAll(ctx, script, keys, args), nil
+}
 
-	var again []int
-	for i, cmd := range cmds {
-		if cmd != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			again = append(again, i)
-		}
+// deadline bounds ctx by d from now, unless it already ends sooner.
+func deadline(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+		return ctx, func() {}
 	}
-	if len(again) > 0 {
-		_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, i := range again {
-				cmds[i] = script.Eval(ctx, p, calls[i].keys, calls[i].args...)
-			}
-			return nil
-		})
-	}
-	return cmds, nil
+	return context.WithTimeout(ctx, d)
 }
 
 // scriptArgs lays a group out as check.lua/refund.lua expect: the keys,

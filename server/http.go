@@ -35,6 +35,10 @@ type HTTPOptions struct {
 	Logger *slog.Logger
 	// Ready reports whether /readyz answers 200; nil means always.
 	Ready func() bool
+	// Status, when set, adds a line to the /healthz and /readyz bodies
+	// (the node reports its store and breakers). It never changes the
+	// status code: a node whose store is down still answers checks.
+	Status func() string
 	// Observe, when set, is called once per answered check, after the
 	// answer is written. It must not block: it runs on the request path.
 	Observe func(ctx context.Context, ev Event)
@@ -66,7 +70,7 @@ func NewHTTP(c Checker, opts HTTPOptions) *HTTP {
 		w.Header().Set("Allow", http.MethodPost)
 		problem.Write(w, problem.Status(http.StatusMethodNotAllowed, "use POST"))
 	})
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { plain(w, http.StatusOK, "ok") })
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { plain(w, http.StatusOK, s.withStatus("ok")) })
 	s.mux.HandleFunc("GET /readyz", s.ready)
 	return s
 }
@@ -76,10 +80,17 @@ func (s *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHT
 
 func (s *HTTP) ready(w http.ResponseWriter, _ *http.Request) {
 	if s.opts.Ready != nil && !s.opts.Ready() {
-		plain(w, http.StatusServiceUnavailable, "not ready")
+		plain(w, http.StatusServiceUnavailable, s.withStatus("not ready"))
 		return
 	}
-	plain(w, http.StatusOK, "ready")
+	plain(w, http.StatusOK, s.withStatus("ready"))
+}
+
+func (s *HTTP) withStatus(msg string) string {
+	if s.opts.Status == nil {
+		return msg
+	}
+	return msg + "\n" + s.opts.Status()
 }
 
 func (s *HTTP) check(w http.ResponseWriter, r *http.Request) {

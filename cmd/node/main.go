@@ -60,6 +60,7 @@ func run(args []string) error {
 	leaseTTL := fs.Duration("lease-ttl", lease.DefaultTTL, "leased policies: leased tokens are void this long after the lease was asked for; overshoot is at most rate x ttl")
 	leaseLow := fs.Float64("lease-low-watermark", lease.DefaultLowWatermark, "leased policies: refill when this fraction of the last grant is left (higher: fewer waits, more held)")
 	leaseShare := fs.Float64("lease-max-share", lease.DefaultMaxShare, "leased policies: one grant is at most this fraction of the burst (lower: fairer between nodes, more calls)")
+	res := resilienceFlags(fs)
 	envflag.Usage(fs, "ALLOT_")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -98,6 +99,7 @@ func run(args []string) error {
 		},
 		CheckTimeout: *checkTimeout,
 		Lease:        lease.Config{TargetPeriod: *leaseTarget, TTL: *leaseTTL, LowWatermark: *leaseLow, MaxShare: *leaseShare},
+		Resilience:   res(),
 	})
 	if err != nil {
 		return err
