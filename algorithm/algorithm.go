@@ -190,3 +190,16 @@ type Result struct {
 	Allowed bool
 	Items   []ItemResult
 }
+
+// Share is the spec of one of n equal shares of s: Limit/n per Period and
+// a capacity of Capacity/n, each rounded down so that n shares never add
+// up to more than s, and at least 1 so a share can admit something.
+func (s Spec) Share(n int) Spec {
+	if n <= 1 {
+		return s
+	}
+	out := s
+	out.Limit = max(1, s.Limit/int64(n))
+	out.Burst = max(1, s.Capacity()/int64(n))
+	return out
+}

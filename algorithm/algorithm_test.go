@@ -401,3 +401,26 @@ func FuzzDecide(f *testing.F) {
 		}
 	})
 }
+
+func TestShareNeverAddsUpToMore(t *testing.T) {
+	for _, c := range []struct {
+		limit, burst int64
+		n            int
+	}{{300, 0, 3}, {100, 250, 3}, {10, 0, 4}, {2, 5, 3}, {1, 0, 3}, {7, 9, 1}} {
+		s := algorithm.Spec{Algorithm: algorithm.TokenBucket, Limit: c.limit, Period: time.Second, Burst: c.burst}
+		sh := s.Share(c.n)
+		assert.Equal(t, s.Period, sh.Period)
+		if c.n <= 1 {
+			assert.Equal(t, s, sh)
+			continue
+		}
+		assert.GreaterOrEqual(t, sh.Limit, int64(1))
+		assert.GreaterOrEqual(t, sh.Capacity(), int64(1))
+		if c.limit >= int64(c.n) {
+			assert.LessOrEqual(t, sh.Limit*int64(c.n), s.Limit, "%+v", c)
+		}
+		if s.Capacity() >= int64(c.n) {
+			assert.LessOrEqual(t, sh.Capacity()*int64(c.n), s.Capacity(), "%+v", c)
+		}
+	}
+}

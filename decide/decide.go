@@ -78,6 +78,7 @@ type Decider struct {
 	fallback Fallback // nil: on_store_failure: local fails open
 	timeout  time.Duration
 	warned   atomic.Int64 // unix ns of the last store-failure warning
+	regions  int          // n: a scope: global limit enforces L/n here unless a coordinator share says otherwise
 }
 
 // New returns a Decider over store, enforcing set.
@@ -94,13 +95,34 @@ func New(store Store, set *policy.Set, log *slog.Logger) *Decider {
 // limit applies to the existing bucket under the same key.
 func (d *Decider) SetPolicies(s *policy.Set) { d.policies.Store(s) }
 
+// SetRegions tells the decider that n regions share every `scope: global`
+// limit. Each region then enforces the default share L/n
+// (algorithm.Spec.Share): on the leased path as the lease script's numbers
+// when no coordinator has written a share into the bucket, on the exact
+// path always (exact global limits are not rebalanced). n <= 1 enforces
+// L. Call it before serving.
+func (d *Decider) SetRegions(n int) {
+	d.regions = n
+	d.view.Store(nil)
+}
+
+// regionalSpec is the spec this region enforces for limit l of pol.
+func regionalSpec(pol *policy.Compiled, l *policy.CompiledLimit, regions int) algorithm.Spec {
+	if pol.Global && regions > 1 {
+		return l.Spec.Share(regions)
+	}
+	return l.Spec
+}
+
 // Policies returns the set in force.
 func (d *Decider) Policies() *policy.Set { return d.policies.Load() }
 
-// ref ties a group item back to the policy and limit it came from.
+// ref ties a group item back to the policy and limit it came from, and
+// the spec this region enforces for it.
 type ref struct {
 	policy *policy.Compiled
 	limit  *policy.CompiledLimit
+	spec   algorithm.Spec
 }
 
 // plan is the store work of one check.
@@ -108,6 +130,8 @@ type plan struct {
 	groups []algorithm.Group
 	refs   [][]ref
 	shadow []bool
+	// regions is n for global policies: see Decider.SetRegions.
+	regions int
 }
 
 func (p *plan) add(subject string, pol *policy.Compiled, cost int64) {
@@ -126,8 +150,9 @@ func (p *plan) add(subject string, pol *policy.Compiled, cost int64) {
 	}
 	for i := range pol.Limits {
 		l := &pol.Limits[i]
-		p.groups[gi] = append(p.groups[gi], algorithm.Item{Key: l.Key(subject), Spec: l.Spec, Cost: cost})
-		p.refs[gi] = append(p.refs[gi], ref{pol, l})
+		spec := regionalSpec(pol, l, p.regions)
+		p.groups[gi] = append(p.groups[gi], algorithm.Item{Key: l.Key(subject), Spec: spec, Cost: cost})
+		p.refs[gi] = append(p.refs[gi], ref{pol, l, spec})
 	}
 }
 
@@ -146,7 +171,7 @@ func (d *Decider) Check(ctx context.Context, r *policy.Request) (Decision, error
 	if len(matched) == 0 {
 		return Decision{Outcome: Allowed}, nil
 	}
-	var p plan
+	p := plan{regions: d.regions}
 	var leasedBuf, exactBuf [8]*policy.Compiled
 	leased, exact := leasedBuf[:0], exactBuf[:0]
 	for _, pol := range matched {
@@ -180,7 +205,7 @@ func (d *Decider) Check(ctx context.Context, r *policy.Request) (Decision, error
 		switch {
 		case err != nil:
 			failed, cause = append(failed, exact...), err
-			p, results = plan{}, nil
+			p, results = plan{regions: d.regions}, nil
 		case len(results) != len(p.groups):
 			d.giveBack(takes)
 			return Decision{}, fmt.Errorf("store answered %d groups for %d", len(results), len(p.groups))
@@ -238,10 +263,10 @@ func (p *plan) decide(results []algorithm.Result, cost int64, takes []leasedTake
 			st := Status{
 				PolicyID:   ref.policy.ID,
 				LimitName:  ref.limit.Name,
-				Limit:      ref.limit.Spec.Capacity(),
+				Limit:      ref.spec.Capacity(),
 				Remaining:  ir.Remaining,
 				ResetAfter: ir.ResetAfter,
-				Window:     ref.limit.Spec.Period,
+				Window:     ref.spec.Period,
 				Violated:   !res.Allowed && ir.RetryAfter != 0,
 				Exact:      !ref.policy.Leased,
 			}

@@ -257,3 +257,23 @@ func FuzzInput(f *testing.F) {
 		}
 	})
 }
+
+func TestGlobalLimitsEnforceTheRegionsShare(t *testing.T) {
+	set, err := policy.Load("t", []byte(`
+policies:
+  - {id: global, scope: global, match: {tenant: t}, per: [tenant], limits: [{name: s, algorithm: token_bucket, limit: 30, period: 1h}]}
+  - {id: regional, per: [client], limits: [{name: s, algorithm: token_bucket, limit: 30, period: 1h}]}
+`))
+	require.NoError(t, err)
+	d := decide.New(memstore.New(nil), set, nil)
+	d.SetRegions(3)
+	allowed := 0
+	for range 40 {
+		if check(t, d, decide.Input{Tenant: "t"}).Outcome == decide.Allowed {
+			allowed++
+		}
+	}
+	assert.Equal(t, 10, allowed, "a global limit of 30 in one of 3 regions admits its share, 10")
+	dec := check(t, d, decide.Input{Client: "c"})
+	assert.Equal(t, int64(30), dec.Limit, "a regional limit is not divided")
+}

@@ -71,7 +71,7 @@ func (d *Decider) degraded(ctx, storeCtx context.Context, r *policy.Request, tie
 		}
 	}
 	open := false
-	var local plan
+	local := plan{regions: d.regions}
 	var localIDs []string
 	for _, pol := range failed {
 		switch {
@@ -91,7 +91,7 @@ func (d *Decider) degraded(ctx, storeCtx context.Context, r *policy.Request, tie
 			// Only a spec the fallback cannot scale gets here (logged):
 			// those policies fail open rather than deny forever.
 			d.log.Warn("local fallback failed; failing open", "err", err)
-			local, fb, localIDs, open = plan{}, nil, nil, true
+			local, fb, localIDs, open = plan{regions: d.regions}, nil, nil, true
 		}
 	}
 	all := plan{

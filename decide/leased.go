@@ -53,7 +53,7 @@ func (d *Decider) buildView(set *policy.Set) *leaseView {
 				TargetPeriod: time.Duration(k.TargetPeriod), TTL: time.Duration(k.TTL),
 				LowWatermark: k.LowWatermark, MaxShare: k.MaxShare,
 			}
-			ll, err := d.leases.NewLimit(l.Key, l.Spec, cfg, pol.Global)
+			ll, err := d.leases.NewLimit(l.Key, regionalSpec(pol, l, d.regions), cfg, pol.Global)
 			if err != nil {
 				// Not leasable (another algorithm, knobs that clash with the
 				// node's defaults): exact is always correct, only slower.

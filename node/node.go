@@ -52,6 +52,8 @@ type Config struct {
 	// Resilience: Redis deadlines, breakers, local fallback and gossip
 	// (node/resilience.go).
 	Resilience Resilience
+	// MultiRegion: global limits shared between regions (node/multiregion.go).
+	MultiRegion MultiRegion
 }
 
 // Node is a running node. Close stops it.
@@ -98,6 +100,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	rs, _ := store.(*region.Store)
 	if err := n.startResilience(rs); err != nil {
+		return nil, errors.Join(err, n.closeAll())
+	}
+	if err := n.startMultiRegion(); err != nil {
 		return nil, errors.Join(err, n.closeAll())
 	}
 	lis, err := net.Listen("tcp", cfg.GRPCAddr)

@@ -61,6 +61,7 @@ func run(args []string) error {
 	leaseLow := fs.Float64("lease-low-watermark", lease.DefaultLowWatermark, "leased policies: refill when this fraction of the last grant is left (higher: fewer waits, more held)")
 	leaseShare := fs.Float64("lease-max-share", lease.DefaultMaxShare, "leased policies: one grant is at most this fraction of the burst (lower: fairer between nodes, more calls)")
 	res := resilienceFlags(fs)
+	multi := multiRegionFlags(fs)
 	envflag.Usage(fs, "ALLOT_")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -100,6 +101,7 @@ func run(args []string) error {
 		CheckTimeout: *checkTimeout,
 		Lease:        lease.Config{TargetPeriod: *leaseTarget, TTL: *leaseTTL, LowWatermark: *leaseLow, MaxShare: *leaseShare},
 		Resilience:   res(),
+		MultiRegion:  multi(),
 	})
 	if err != nil {
 		return err
