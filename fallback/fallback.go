@@ -28,7 +28,7 @@
 //
 // The alternative, keeping absolute counts, would on a fall give a
 // survivor that used all of limit/3 another limit/2 - limit/3 at once in
-// the same window. docs/resilience.md derives the region's bound from this
+// the same window. ARCHITECTURE.md ("Failure modes") derives the region's bound from this
 // choice: admitted(W) <= b + r·T + (k / N)·b over any window W of length T
 // in which k of N nodes crashed.
 //
@@ -127,7 +127,7 @@ func scaled(groups []algorithm.Group, n int64) []algorithm.Group {
 // (say 5 logins a minute on 10 nodes) would deny every request on every
 // node for as long as the store is down. The price is a bounded overshoot:
 // the region may admit n requests of that cost per period instead of the
-// limit (docs/resilience.md). A cost above the limit itself stays
+// limit (ARCHITECTURE.md ("Failure modes")). A cost above the limit itself stays
 // impossible.
 func atLeastOne(s algorithm.Spec, cost, n int64) algorithm.Spec {
 	need := cost * n

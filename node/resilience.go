@@ -16,7 +16,7 @@ import (
 )
 
 // Resilience configures how a node behaves when the region's Redis is
-// slow or down (docs/resilience.md): per-call deadlines, a circuit breaker
+// slow or down (ARCHITECTURE.md ("Failure modes")): per-call deadlines, a circuit breaker
 // per Redis shard, and the local fallback sized by region membership.
 // The zero value takes every default.
 type Resilience struct {
