@@ -54,6 +54,22 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock that numbers epochs; nil means time.Now.
 	Now func() time.Time
+	// Observe, when set, is called by Run's goroutine after every epoch
+	// this coordinator ran as the active one (metrics and a span per
+	// round). It must not block: the next epoch waits for it.
+	Observe func(ctx context.Context, r Round)
+}
+
+// Round describes one finished active epoch for Config.Observe.
+type Round struct {
+	Start, End time.Time // wall clock of the epoch's work
+	Stats      Stats
+	// Regions is how many regions share the global limits; Shares holds
+	// this region's shares in force that differ from the default 1/Regions
+	// (parts of rebalance.Unit), in no particular order and without keys,
+	// so that observers can only aggregate them.
+	Regions int
+	Shares  []rebalance.Share
 }
 
 // Stats describe the last epoch this coordinator ran as the active one.
@@ -73,6 +89,10 @@ type Stats struct {
 	// Compute is the time spent encoding, decoding and planning (the
 	// coordinator's own CPU work, without waiting on the network or Redis).
 	Compute time.Duration
+	// Rounds is how many epochs this coordinator has run while active,
+	// this one included. Epoch numbers follow the wall clock and skip
+	// when the process stalls; Rounds does not.
+	Rounds int64
 }
 
 // Coordinator is one region's coordinator. Run it once.
@@ -82,6 +102,8 @@ type Coordinator struct {
 	now   func() time.Time
 	knobs atomic.Pointer[Knobs]
 	stats atomic.Pointer[Stats]
+	// ran counts the epochs this coordinator ran while active.
+	ran atomic.Int64
 
 	// The rest belongs to Run's goroutine.
 	active    bool
@@ -301,6 +323,7 @@ func (c *Coordinator) epoch(ctx context.Context, e int64, k Knobs, start time.Ti
 	}
 	st := Stats{Epoch: e}
 	t0 := time.Now()
+	began := t0
 
 	// Report.
 	mine := c.report(rates, k)
@@ -342,7 +365,15 @@ func (c *Coordinator) epoch(ctx context.Context, e int64, k Knobs, start time.Ti
 		c.write(ctx, grows)
 		st.Written += len(grows)
 	}
+	st.Rounds = c.ran.Add(1)
 	c.stats.Store(&st)
+	if c.cfg.Observe != nil {
+		shares := make([]rebalance.Share, 0, len(c.own))
+		for _, s := range c.own {
+			shares = append(shares, s)
+		}
+		c.cfg.Observe(ctx, Round{Start: began, End: time.Now(), Stats: st, Regions: len(c.cfg.Regions), Shares: shares})
+	}
 	c.log.Debug("coord: epoch", "epoch", e, "heard", st.Heard, "group", st.Group, "keys", st.Keys, "written", st.Written, "report_bytes", st.ReportBytes)
 }
 

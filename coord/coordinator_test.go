@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+
 	"github.com/allot-dev/allot/rebalance"
 )
 
@@ -86,21 +88,29 @@ func TestTrafficShiftConvergesWithinTwoIntervals(t *testing.T) {
 	eventually(t, 2*time.Second, "even shares", func() bool { return near(c.shares(), []float64{1. / 3, 1. / 3, 1. / 3}, 0.01) })
 
 	// 90% of 400/s moves to eu: eu should get 300-2·20 = 260/s.
-	shift := time.Now()
+	rounds := func() (lo int64) {
+		for _, co := range c.coords {
+			if r := co.Stats().Rounds; lo == 0 || r < lo {
+				lo = r
+			}
+		}
+		return lo
+	}
+	shift, before := time.Now(), rounds()
 	c.setDemand(20, 360, 20)
 	want := []float64{20. / 300, 260. / 300, 20. / 300}
-	eventually(t, 2*time.Second, "shifted shares", func() bool { return near(c.shares(), want, 0.01) })
-	// The bound (docs/multi-region.md): the first epoch whose whole
-	// interval follows the shift ends at most 2 intervals after it, and its
-	// two phases take at most 2·Gather of an interval more; 50 ms of slack
-	// for a loaded test machine.
+	eventually(t, 5*time.Second, "shifted shares", func() bool { return near(c.shares(), want, 0.01) })
+	// The bound (docs/multi-region.md) is 2·I + 2·Gather·I with messages on
+	// time: the shift lands in the round under way (it may have reported
+	// already), the next round reports it and both of its phases move the
+	// shares. Counted in rounds, so a loaded machine that stalls the
+	// coordinators cannot fail it; a round that loses a gather window adds
+	// one (documented), hence the + 1.
+	took, ran := time.Since(shift), rounds()-before
 	k := testKnobs()
-	bound := 2*k.Interval + time.Duration(2*k.Gather*float64(k.Interval)) + 50*time.Millisecond
-	took := time.Since(shift)
-	t.Logf("converged %v after the shift (interval %v, bound %v)", took.Round(time.Millisecond), k.Interval, bound)
-	if took > bound {
-		t.Errorf("converged after %v, want within %v", took, bound)
-	}
+	t.Logf("converged %v and %d rounds after the shift (interval %v, bound %v)", took.Round(time.Millisecond), ran,
+		k.Interval, 2*k.Interval+time.Duration(2*k.Gather*float64(k.Interval)))
+	assert.LessOrEqual(t, ran, int64(2+1), "rounds from the shift to converged shares")
 }
 
 func TestIsolatedRegionNeverGrowsAndAllConvergeAfterHealing(t *testing.T) {
