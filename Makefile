@@ -2,7 +2,7 @@
 export GOTOOLCHAIN := local
 BUF_VERSION := v1.75.0
 
-.PHONY: all build run test test-short proto lint bench clean
+.PHONY: all build run sandbox chaos test test-short proto lint bench clean
 
 all: build
 
@@ -15,6 +15,15 @@ build:
 # The main job: a standalone node with the example policies.
 run:
 	go run ./cmd/node --policies examples/policies.yaml
+
+# The 3-region sandbox on this machine (sandbox/): real redis-servers,
+# embedded NATS supercluster, coordinators and nodes. Ctrl-C stops it all.
+sandbox:
+	go run ./cmd/allot-sandbox
+
+# The chaos suite against the sandbox (docs/chaos.md), a few minutes.
+chaos:
+	go test -tags chaos -count=1 -timeout 20m -v -run Chaos ./chaos/
 
 # Installs redis-server when missing (as root, with apt-get), then runs every
 # test with the race detector. Redis-backed tests fail instead of skipping.

@@ -1,0 +1,48 @@
+package sandbox_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/allot-dev/allot/internal/redistest"
+	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
+	"github.com/allot-dev/allot/sandbox"
+)
+
+// The sandbox answers through every region's nodes, and Stop leaves no
+// listener (so no redis-server) behind.
+func TestStartDecideStop(t *testing.T) {
+	redistest.Require(t)
+	ctx := context.Background()
+	sb, err := sandbox.Start(ctx, sandbox.Config{Policies: "../examples/sandbox-policies.yaml", Masters: 1, Nodes: 1})
+	require.NoError(t, err)
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			sb.Stop()
+		}
+	})
+	var redisAddrs []string
+	for _, r := range sb.Regions() {
+		redisAddrs = append(redisAddrs, r.RedisAddrs...)
+		c, err := sandbox.DialRegion(r)
+		require.NoError(t, err)
+		d, err := c.Check(ctx, &ratelimitv1.RateLimitRequest{ClientIdentifier: "k0"})
+		require.NoError(t, c.Close())
+		require.NoError(t, err, r.Name)
+		require.Equal(t, ratelimitv1.RateLimitResponse_ALLOWED, d, r.Name)
+	}
+	stopped = true
+	require.NoError(t, sb.Stop())
+	for _, a := range redisAddrs {
+		c, err := net.DialTimeout("tcp", a, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		require.Error(t, err, "redis-server %s still listens after Stop", a)
+	}
+}
