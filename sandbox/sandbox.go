@@ -24,6 +24,7 @@ import (
 	"github.com/allot-dev/allot/internal/redisproc"
 	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/node"
+	"github.com/allot-dev/allot/region"
 )
 
 // Config describes a sandbox. Zero fields take the defaults noted.
@@ -104,7 +105,7 @@ type Region struct {
 	NATSURL string
 
 	sb       *Sandbox
-	policies string // the nodes' policy file (global limits at L/n)
+	policies string // the policy file nodes and coordinators read
 
 	mu     sync.Mutex
 	nodes  []*node.Node
@@ -120,8 +121,7 @@ func Start(ctx context.Context, cfg Config) (sb *Sandbox, err error) {
 	if cfg.Policies == "" {
 		return nil, errors.New("sandbox: Config.Policies is required")
 	}
-	src, err := os.ReadFile(cfg.Policies)
-	if err != nil {
+	if _, err := os.Stat(cfg.Policies); err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 	abs, err := filepath.Abs(cfg.Policies)
@@ -143,10 +143,6 @@ func Start(ctx context.Context, cfg Config) (sb *Sandbox, err error) {
 			sb = nil
 		}
 	}()
-	regional, err := regionalPolicies(src, len(cfg.Regions))
-	if err != nil {
-		return nil, err
-	}
 	if sb.nats, err = natsproc.StartSupercluster(ctx, cfg.Regions...); err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
@@ -156,10 +152,9 @@ func Start(ctx context.Context, cfg Config) (sb *Sandbox, err error) {
 		if err := r.startRedis(ctx); err != nil {
 			return nil, err
 		}
-		r.policies = filepath.Join(sb.dir, name+"-policies.yaml")
-		if err := os.WriteFile(r.policies, regional, 0o644); err != nil {
-			return nil, fmt.Errorf("sandbox: %w", err)
-		}
+		// Nodes and coordinators read one file; nodes enforce L/n of its
+		// global limits until their coordinator writes a share.
+		r.policies = cfg.Policies
 	}
 	for _, r := range sb.regions {
 		coords := 1
@@ -285,11 +280,13 @@ func (r *Region) startNode(ctx context.Context, i int, grpcAddr, httpAddr string
 		PoliciesPath: r.policies,
 		Lease:        cfg.Lease,
 		Logger:       cfg.Logger.With("component", fmt.Sprintf("%s-node-%d", r.Name, i)),
-		// TODO(node multi-region): set Region, Regions and NATSURL once
-		// node.Config has them, so nodes publish demand to the
-		// coordinator. Until then coordinators see no demand and every
-		// region keeps its default share L/n (bounds hold; rebalancing
-		// toward demand does not happen in the sandbox).
+		// Production deadlines (cmd/node's defaults): a slow shard costs a
+		// decision at most this, then on_store_failure decides.
+		Resilience: node.Resilience{RedisTimeout: region.DefaultTimeout},
+		MultiRegion: node.MultiRegion{
+			Region: r.Name, Regions: cfg.Regions, NATSURL: r.NATSURL,
+			Name: fmt.Sprintf("%s-node-%d", r.Name, i),
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("sandbox: region %s node %d: %w", r.Name, i, err)
