@@ -238,12 +238,20 @@ func isFile(data []byte) bool {
 	if json.Unmarshal(data, &top) != nil {
 		return false // decodeJSON will say what is wrong
 	}
-	for _, k := range []string{"policies", "tenants", "default_tier", "costs"} {
-		if _, ok := top[k]; ok {
+	return IsFileKeys(func(k string) bool { _, ok := top[k]; return ok })
+}
+
+// IsFileKeys tells a whole file from one policy by its top-level members
+// (has reports whether one is present). "lease" alone is ambiguous, as a
+// policy has a lease block too: it makes a file only without an "id",
+// which every policy needs. allotctl shares the rule for its YAML input.
+func IsFileKeys(has func(key string) bool) bool {
+	for _, k := range []string{"policies", "tenants", "default_tier", "costs", "rebalance"} {
+		if has(k) {
 			return true
 		}
 	}
-	return false
+	return has("lease") && !has("id")
 }
 
 // ApplyFile applies src to dst as allotctl apply -f does: src's policies
@@ -260,12 +268,10 @@ func ApplyFile(dst, src *policy.File) {
 
 // HasSettings reports whether f sets any file-level setting.
 func HasSettings(f *policy.File) bool {
-	return len(f.Tenants) > 0 || f.DefaultTier != "" || len(f.Costs) > 0
+	return len(f.Tenants) > 0 || f.DefaultTier != "" || len(f.Costs) > 0 || f.Rebalance != nil || f.Lease != nil
 }
 
-func setSettings(f *policy.File, st policystore.Settings) {
-	f.Tenants, f.DefaultTier, f.Costs = st.Tenants, st.DefaultTier, st.Costs
-}
+func setSettings(f *policy.File, st policystore.Settings) { st.ApplyTo(f) }
 
 func upsert(f *policy.File, p policy.Policy) {
 	if i := slices.IndexFunc(f.Policies, func(q policy.Policy) bool { return q.ID == p.ID }); i >= 0 && p.ID != "" {

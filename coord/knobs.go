@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/allot-dev/allot/policy"
 )
 
 // Knobs are the coordinator's runtime settings. They are held behind an
@@ -87,4 +89,29 @@ func (k Knobs) Validate() error {
 		errs = append(errs, fmt.Errorf("share TTL %v: want at least two intervals (%v)", k.ShareTTL, 2*k.Interval))
 	}
 	return errors.Join(errs...)
+}
+
+// With returns k overridden by the knobs a settings document's
+// `rebalance:` block sets; absent ones keep k's (the command-line values,
+// so removing a knob from the document restores its flag). A nil block
+// returns k.
+func (k Knobs) With(r *policy.RebalanceKnobs) Knobs {
+	if r == nil {
+		return k
+	}
+	if r.Interval != 0 {
+		k.Interval = time.Duration(r.Interval)
+	}
+	if r.ShareTTL != 0 {
+		k.ShareTTL = time.Duration(r.ShareTTL)
+	}
+	for _, f := range [...]struct {
+		dst *float64
+		src *float64
+	}{{&k.Gather, r.Gather}, {&k.HeavyHitter, r.HeavyHitter}, {&k.Floor, r.Floor}, {&k.Headroom, r.Headroom}, {&k.Smoothing, r.Smoothing}, {&k.Decay, r.Decay}} {
+		if f.src != nil {
+			*f.dst = *f.src
+		}
+	}
+	return k
 }

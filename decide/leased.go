@@ -39,20 +39,23 @@ func (d *Decider) leasedLimits(set *policy.Set, pol *policy.Compiled) []*lease.L
 	return v.limits[pol]
 }
 
+// buildView makes the lease limits of set. A limit's knobs are its
+// policy's lease block, then the set's (the settings document's `lease:`
+// block), then the manager's defaults (the node's flags, filled in by
+// NewLimit). Because the view is rebuilt for every new set, a settings
+// change reaches each key at its next grant, without a restart; tokens
+// already granted keep the TTL they were granted with.
 func (d *Decider) buildView(set *policy.Set) *leaseView {
 	v := &leaseView{set: set, limits: map[*policy.Compiled][]*lease.Limit{}}
+	defaults := leaseConfig(set.LeaseDefaults())
 	set.Each(func(pol *policy.Compiled) {
 		if !pol.Leased {
 			return
 		}
+		cfg := leaseConfig(pol.Lease).Or(defaults)
 		lims := make([]*lease.Limit, 0, len(pol.Limits))
 		for i := range pol.Limits {
 			l := &pol.Limits[i]
-			k := pol.Lease
-			cfg := lease.Config{
-				TargetPeriod: time.Duration(k.TargetPeriod), TTL: time.Duration(k.TTL),
-				LowWatermark: k.LowWatermark, MaxShare: k.MaxShare,
-			}
 			ll, err := d.leases.NewLimit(l.Key, regionalSpec(pol, l, d.regions), cfg, pol.Global)
 			if err != nil {
 				// Not leasable (another algorithm, knobs that clash with the
@@ -65,6 +68,13 @@ func (d *Decider) buildView(set *policy.Set) *leaseView {
 		v.limits[pol] = lims
 	})
 	return v
+}
+
+func leaseConfig(k policy.LeaseKnobs) lease.Config {
+	return lease.Config{
+		TargetPeriod: time.Duration(k.TargetPeriod), TTL: time.Duration(k.TTL),
+		LowWatermark: k.LowWatermark, MaxShare: k.MaxShare,
+	}
 }
 
 // leasedTake is one limit's take on the leased path.

@@ -30,8 +30,8 @@ type httpListener struct {
 // reach /v1/check and spend other callers' tokens.
 func (n *Node) startHTTP() error {
 	if n.cfg.HTTPAddr != "" {
-		h := server.NewHTTP(n.decider, server.HTTPOptions{Logger: n.log, Ready: func() bool { return !n.closing.Load() }, Status: n.StoreStatus})
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		h := server.NewHTTP(n.decider, server.HTTPOptions{Logger: n.log, Ready: func() bool { return !n.closing.Load() }, Status: n.StoreStatus, Observe: n.observeHook()})
+		srv := &http.Server{Handler: n.httpTelemetry(h), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 		if err := n.serveHTTP("http", n.cfg.HTTPAddr, srv); err != nil {
 			return err
 		}
@@ -92,7 +92,7 @@ func (n *Node) serveHTTP(name, addr string, srv *http.Server) error {
 	n.https = append(n.https, l)
 	go func() {
 		defer close(l.done)
-		if err := srv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+		if err := n.cfg.Transport.serveHTTP(srv, lis); !errors.Is(err, http.ErrServerClosed) {
 			select {
 			case n.httpFailed <- fmt.Errorf("%s server: %w", name, err):
 			default: // one failure is enough to stop the node

@@ -61,7 +61,7 @@ func (n *Node) startMultiRegion() error {
 		n.log.Warn("multi-region: --nats ignored in standalone mode (no --redis)")
 		return nil
 	}
-	nc, err := nats.Connect(mr.NATSURL, nats.Name("allot-node "+mr.Region), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(mr.NATSURL, append([]nats.Option{nats.Name("allot-node " + mr.Region), nats.MaxReconnects(-1)}, n.cfg.Transport.NATS...)...)
 	if err != nil {
 		return fmt.Errorf("multi-region: connect to NATS %s: %w", mr.NATSURL, err)
 	}

@@ -26,6 +26,7 @@ import (
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 	"github.com/allot-dev/allot/region"
 	"github.com/allot-dev/allot/server"
+	"github.com/allot-dev/allot/telemetry"
 )
 
 // Config is everything a node needs to start.
@@ -54,6 +55,15 @@ type Config struct {
 	Resilience Resilience
 	// MultiRegion: global limits shared between regions (node/multiregion.go).
 	MultiRegion MultiRegion
+	// Telemetry, when set, receives the node's metrics and spans
+	// (node/telemetry.go). The caller owns it: shut it down after Close.
+	Telemetry *telemetry.Telemetry
+	// MetricsAddr serves /metrics on a listener of its own; empty serves
+	// it on the HTTP listener (HTTPAddr). Needs Telemetry.
+	MetricsAddr string
+	// Transport: TLS on the listeners, credentials and TLS to Redis and
+	// NATS (node/tls.go).
+	Transport Transport
 }
 
 // Node is a running node. Close stops it.
@@ -94,7 +104,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, errors.Join(err, n.closeAll())
 	}
-	n.decider = decide.New(store, set, log)
+	n.decider = decide.New(n.instrument(store), set, log)
 	if n.leases != nil {
 		n.decider.UseLeases(n.leases)
 	}
@@ -111,16 +121,16 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.GRPCAddr, err)
 	}
 	n.lis = lis
-	n.grpc = grpc.NewServer()
-	ratelimitv1.RegisterRateLimiterServiceServer(n.grpc, server.NewGRPC(n.decider))
+	n.grpc = grpc.NewServer(append(cfg.Transport.grpcOptions(), n.grpcTelemetry()...)...)
+	ratelimitv1.RegisterRateLimiterServiceServer(n.grpc, server.NewGRPC(n.decider, server.GRPCOptions{Observe: n.observeHook()}))
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpc, n.health)
 	n.health.SetServingStatus(ratelimitv1.RateLimiterService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	n.watchStore()
-	rlsv3.RegisterRateLimitServiceServer(n.grpc, server.NewEnvoy(n.decider, server.EnvoyOptions{}))
+	rlsv3.RegisterRateLimitServiceServer(n.grpc, server.NewEnvoy(n.decider, server.EnvoyOptions{Observe: n.observeHook()}))
 	reflection.Register(n.grpc)
 	go func() { n.served <- n.grpc.Serve(lis) }()
-	if err := n.startHTTP(); err != nil {
+	if err := errors.Join(n.startHTTP(), n.startTelemetry()); err != nil {
 		n.closing.Store(true)
 		n.grpc.Stop()
 		<-n.served
@@ -135,11 +145,11 @@ func (n *Node) openStore(ctx context.Context) (decide.Store, error) {
 	if len(n.cfg.Redis) == 0 {
 		return memstore.New(nil), nil
 	}
-	st, err := region.Open(ctx, n.cfg.Redis, n.cfg.Resilience.regionOptions(n))
+	st, err := region.Open(ctx, n.cfg.Redis, n.cfg.Transport.region(n.cfg.Resilience.regionOptions(n)))
 	if err != nil {
 		return nil, fmt.Errorf("connect to region redis %v: %w", n.cfg.Redis, err)
 	}
-	m, err := lease.New(lease.Options{Source: st, Defaults: n.cfg.Lease, Logger: n.log, MaxWait: n.cfg.Resilience.redisTimeout()})
+	m, err := lease.New(lease.Options{Source: n.leaseSource(st), Defaults: n.cfg.Lease, Logger: n.log, MaxWait: n.cfg.Resilience.redisTimeout()})
 	if err != nil {
 		_ = st.Close()
 		return nil, fmt.Errorf("lease manager: %w", err)

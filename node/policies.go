@@ -62,7 +62,7 @@ func openPolicies(ctx context.Context, cfg *Config, log *slog.Logger) (*policySo
 			return nil, nil, err
 		}
 	}
-	ps.store, err = policystore.Open(ctx, url, policystore.Options{Logger: log})
+	ps.store, err = policystore.Open(ctx, url, policystore.Options{Logger: log, NATS: cfg.Transport.NATS})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -76,6 +76,7 @@ func openPolicies(ctx context.Context, cfg *Config, log *slog.Logger) (*policySo
 		if ps.adminLis, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
 			return nil, nil, errors.Join(fmt.Errorf("admin API: listen on %s: %w", cfg.AdminAddr, err), ps.store.Close())
 		}
+		ps.adminLis = cfg.Transport.listener(ps.adminLis)
 	}
 	return ps, set, nil
 }

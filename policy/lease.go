@@ -6,8 +6,9 @@ import (
 )
 
 // LeaseKnobs tune the leases of a `precision: leased` policy (see package
-// lease and ARCHITECTURE.md ("Leasing") for what each trades). A zero knob takes the
-// node's default (its --lease-* flags).
+// lease and ARCHITECTURE.md ("Leasing") for what each trades). In a
+// policy, a zero knob takes the file's `lease:` block (File.Lease, the
+// set-wide defaults); there, a zero knob takes the node's --lease-* flags.
 type LeaseKnobs struct {
 	// TargetPeriod: a grant is the key's recent rate on a node times this.
 	TargetPeriod Duration `yaml:"target_period" json:"target_period,omitempty"`
@@ -34,6 +35,12 @@ func (v *validator) lease(id string, p *Policy) {
 	if p.Precision != PrecisionLeased {
 		v.add(id, "lease", "only a policy with precision: leased takes lease knobs")
 	}
+	v.leaseKnobs(id, k)
+}
+
+// leaseKnobs checks one lease block, a policy's (id) or the file's (""),
+// against the ranges of lease.Config.Validate.
+func (v *validator) leaseKnobs(id string, k *LeaseKnobs) {
 	for _, d := range [...]struct {
 		field string
 		val   time.Duration

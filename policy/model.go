@@ -25,6 +25,13 @@ type File struct {
 	// Policies are all checked; a request passes only if every matching
 	// enforced policy allows it.
 	Policies []Policy `yaml:"policies" json:"policies"`
+	// Rebalance tunes the multi-region coordinators at runtime; absent
+	// knobs keep their command-line values.
+	Rebalance *RebalanceKnobs `yaml:"rebalance" json:"rebalance,omitempty"`
+	// Lease holds the node-wide lease defaults, tunable at runtime: a
+	// leased policy's own lease block wins, absent knobs keep the node's
+	// --lease-* flags.
+	Lease *LeaseKnobs `yaml:"lease" json:"lease,omitempty"`
 }
 
 // Policy is one rule: the requests it matches, how they are grouped into

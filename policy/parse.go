@@ -101,6 +101,7 @@ func (v *validator) file(f *File) {
 			v.add("", "costs", "%q: cost %d out of range [1, %d]", pattern, cost, MaxCost)
 		}
 	}
+	v.settings(f)
 	seen := make(map[string]int, len(f.Policies))
 	for i := range f.Policies {
 		p := &f.Policies[i]

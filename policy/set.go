@@ -30,6 +30,7 @@ type Set struct {
 	defaultTier string
 	costs       costTable
 	policies    []*Compiled
+	lease       LeaseKnobs // the file's lease block: set-wide defaults
 	// The index: each policy is filed under its most selective exact
 	// matcher, so a lookup reads a few short lists instead of every policy.
 	// A long list (many route policies of one tier, or without any exact
@@ -81,6 +82,9 @@ func Compile(source string, f *File) (*Set, error) {
 		byClient:    map[string]*candidates{},
 		byTier:      map[string]*candidates{},
 		rest:        &candidates{},
+	}
+	if f.Lease != nil {
+		s.lease = *f.Lease
 	}
 	for i := range f.Policies {
 		c := compilePolicy(i, &f.Policies[i])

@@ -292,7 +292,7 @@ func (s *FileStore) PutSettings(_ context.Context, st Settings, expect int64) (S
 		}
 		h.SettingsVersion++
 		st.Version = h.SettingsVersion
-		f.Tenants, f.DefaultTier, f.Costs = st.Tenants, st.DefaultTier, st.Costs
+		st.ApplyTo(f)
 		return nil
 	})
 	return st, err

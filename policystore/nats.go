@@ -53,14 +53,14 @@ func OpenNATS(ctx context.Context, rawURL string, opts Options) (*NATSStore, err
 		return nil, err
 	}
 	name := redact(servers)
-	nc, err := nats.Connect(servers,
+	nc, err := nats.Connect(servers, append([]nats.Option{
 		nats.Name("allot policy store"),
 		nats.MaxReconnects(-1), // a node outlives NATS restarts
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			log.Warn("nats disconnected", "store", name, "err", err)
 		}),
 		nats.ReconnectHandler(func(*nats.Conn) { log.Info("nats reconnected", "store", name) }),
-	)
+	}, opts.NATS...)...)
 	if err != nil {
 		return nil, fmt.Errorf("nats store %s: %w", name, err)
 	}

@@ -25,6 +25,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/allot-dev/allot/policy"
 )
 
@@ -61,7 +63,7 @@ type Store interface {
 	History(ctx context.Context, id string) ([]Version, error)
 
 	// Settings returns the file-level settings (tenants, default tier,
-	// costs). A store never written has empty settings at version 0.
+	// costs, runtime knobs). A store never written has empty settings at version 0.
 	Settings(ctx context.Context) (Settings, error)
 	// PutSettings replaces the settings document if its version is expect
 	// (or AnyVersion) and returns it as stored.
@@ -94,6 +96,10 @@ type Settings struct {
 	Tenants     map[string]string `json:"tenants,omitempty"`
 	DefaultTier string            `json:"default_tier,omitempty"`
 	Costs       map[string]int64  `json:"costs,omitempty"`
+	// Rebalance and Lease are the runtime knobs of the coordinators and
+	// of the nodes' leases (policy.File has the same blocks).
+	Rebalance *policy.RebalanceKnobs `json:"rebalance,omitempty"`
+	Lease     *policy.LeaseKnobs     `json:"lease,omitempty"`
 	// Version is set by the store; 0 until the first write.
 	Version int64 `json:"version,omitempty"`
 }
@@ -162,6 +168,9 @@ type Options struct {
 	// often the PostgreSQL store checks its revision when no notification
 	// arrives. Zero picks the store's default.
 	PollInterval time.Duration
+	// NATS are extra options of the NATS store's connection: credentials
+	// (nats.UserCredentials, nats.UserInfo) and TLS (nats.Secure).
+	NATS []nats.Option
 }
 
 // Open opens the store a URL names:
@@ -223,7 +232,8 @@ func takeParam(u *url.URL, name string) string {
 
 // fileOf assembles a policy file from settings and policies (ordered by id).
 func fileOf(s Settings, ps map[string]policy.Policy) *policy.File {
-	f := &policy.File{Tenants: s.Tenants, DefaultTier: s.DefaultTier, Costs: s.Costs}
+	f := &policy.File{}
+	s.ApplyTo(f)
 	for _, id := range slices.Sorted(maps.Keys(ps)) {
 		f.Policies = append(f.Policies, ps[id])
 	}
@@ -232,7 +242,15 @@ func fileOf(s Settings, ps map[string]policy.Policy) *policy.File {
 
 // SettingsOf returns the settings part of a policy file.
 func SettingsOf(f *policy.File) Settings {
-	return Settings{Tenants: f.Tenants, DefaultTier: f.DefaultTier, Costs: f.Costs}
+	return Settings{Tenants: f.Tenants, DefaultTier: f.DefaultTier, Costs: f.Costs, Rebalance: f.Rebalance, Lease: f.Lease}
+}
+
+// ApplyTo replaces f's settings with s, leaving its policies alone. It is
+// SettingsOf's inverse, kept here so that a field added to the document
+// is carried by every store and by the admin API alike.
+func (s Settings) ApplyTo(f *policy.File) {
+	f.Tenants, f.DefaultTier, f.Costs = s.Tenants, s.DefaultTier, s.Costs
+	f.Rebalance, f.Lease = s.Rebalance, s.Lease
 }
 
 // problemsErr returns a *policy.ValidationError for problems, or nil.

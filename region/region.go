@@ -16,6 +16,7 @@ package region
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -51,6 +52,9 @@ type Options struct {
 	// Username and Password authenticate (ACL user, or just a password).
 	Username string
 	Password string
+	// TLSConfig, when set, connects over TLS (with a Dialer, the Dialer
+	// must do the TLS itself). For a cluster it applies to every shard.
+	TLSConfig *tls.Config
 	// DialTimeout, ReadTimeout and WriteTimeout bound each network step;
 	// zero means the Default* constant.
 	DialTimeout  time.Duration
@@ -143,6 +147,7 @@ func Open(ctx context.Context, addrs []string, opts Options) (*Store, error) {
 		Addrs:        addrs,
 		Username:     opts.Username,
 		Password:     opts.Password,
+		TLSConfig:    opts.TLSConfig,
 		DialTimeout:  opts.DialTimeout,
 		ReadTimeout:  opts.ReadTimeout,
 		WriteTimeout: opts.WriteTimeout,
@@ -175,6 +180,7 @@ func clientOptions(addr string, opts Options) *redis.Options {
 		Addr:         addr,
 		Username:     opts.Username,
 		Password:     opts.Password,
+		TLSConfig:    opts.TLSConfig,
 		DialTimeout:  opts.DialTimeout,
 		ReadTimeout:  opts.ReadTimeout,
 		WriteTimeout: opts.WriteTimeout,

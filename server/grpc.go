@@ -29,22 +29,59 @@ type Checker interface {
 type GRPC struct {
 	ratelimitv1.UnimplementedRateLimiterServiceServer
 	checker Checker
+	observe func(ctx context.Context, ev Event)
 }
 
-// NewGRPC returns the gRPC service over c.
-func NewGRPC(c Checker) *GRPC { return &GRPC{checker: c} }
+// GRPCOptions configure the gRPC service. The zero value is usable.
+type GRPCOptions struct {
+	// Observe, when set, is called once per check (each check of a batch
+	// too) with Face "grpc", before the answer is sent, so a metric read
+	// after the answer arrived includes it. It must not block.
+	Observe func(ctx context.Context, ev Event)
+}
+
+// NewGRPC returns the gRPC service over c. opts is optional (at most one
+// is used), so existing callers need no change.
+func NewGRPC(c Checker, opts ...GRPCOptions) *GRPC {
+	s := &GRPC{checker: c}
+	if len(opts) > 0 {
+		s.observe = opts[0].Observe
+	}
+	return s
+}
 
 // CheckRateLimit decides one request.
 func (s *GRPC) CheckRateLimit(ctx context.Context, in *ratelimitv1.RateLimitRequest) (*ratelimitv1.RateLimitResponse, error) {
+	var start time.Time
+	if s.observe != nil {
+		start = time.Now()
+	}
 	r, err := input(in).Request()
 	if err != nil {
+		s.observeErr(ctx, err, start)
 		return nil, grpcError(err)
 	}
 	d, err := s.checker.Check(ctx, &r)
 	if err != nil {
+		s.observeErr(ctx, err, start)
 		return nil, grpcError(err)
 	}
+	if s.observe != nil {
+		s.observeDecision(ctx, d, start)
+	}
 	return response(&d), nil
+}
+
+// observeDecision takes d by value: a pointer to the caller's d would
+// move it to the heap on every check, hooks or not.
+func (s *GRPC) observeDecision(ctx context.Context, d decide.Decision, start time.Time) {
+	s.observe(ctx, Event{Face: "grpc", Decision: &d, Elapsed: time.Since(start)})
+}
+
+func (s *GRPC) observeErr(ctx context.Context, err error, start time.Time) {
+	if s.observe != nil {
+		s.observe(ctx, Event{Face: "grpc", Err: err, Elapsed: time.Since(start)})
+	}
 }
 
 // CheckRateLimitBatch validates every check first, so a bad one fails the
@@ -57,15 +94,24 @@ func (s *GRPC) CheckRateLimitBatch(ctx context.Context, in *ratelimitv1.BatchRat
 	for i, rq := range in.GetRequests() {
 		r, err := input(rq).Request()
 		if err != nil {
+			s.observeErr(ctx, err, time.Now())
 			return nil, status.Errorf(codes.InvalidArgument, "requests[%d].%v", i, err)
 		}
 		reqs[i] = r
 	}
 	out := &ratelimitv1.BatchRateLimitResponse{Responses: make([]*ratelimitv1.RateLimitResponse, len(reqs))}
 	for i := range reqs {
+		var start time.Time
+		if s.observe != nil {
+			start = time.Now()
+		}
 		d, err := s.checker.Check(ctx, &reqs[i])
 		if err != nil {
+			s.observeErr(ctx, err, start)
 			return nil, grpcError(fmt.Errorf("requests[%d]: %w", i, err))
+		}
+		if s.observe != nil {
+			s.observeDecision(ctx, d, start)
 		}
 		out.Responses[i] = response(&d)
 	}

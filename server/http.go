@@ -24,7 +24,7 @@ const MaxBodyBytes = 64 << 10
 
 // Event describes one check answered by a face, for metrics and traces.
 type Event struct {
-	Face     string           // "http" or "envoy"
+	Face     string           // "grpc", "http" or "envoy"
 	Decision *decide.Decision // nil when Err is set
 	Err      error
 	Elapsed  time.Duration

@@ -286,12 +286,7 @@ func readInput(path string) (*policy.File, bool, error) {
 	if err := yaml.Unmarshal(data, &top); err != nil {
 		return nil, false, fmt.Errorf("%s: %w", path, err)
 	}
-	_, isFile := top["policies"]
-	for _, k := range []string{"tenants", "default_tier", "costs"} {
-		_, has := top[k]
-		isFile = isFile || has
-	}
-	if isFile {
+	if admin.IsFileKeys(func(k string) bool { _, ok := top[k]; return ok }) {
 		f, err := policy.Parse(path, data)
 		return f, true, err
 	}

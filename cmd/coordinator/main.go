@@ -20,13 +20,17 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/allot-dev/allot/admin"
+	"github.com/allot-dev/allot/cmd/internal/transportflags"
 	"github.com/allot-dev/allot/envflag"
 	"github.com/allot-dev/allot/policystore"
+	"github.com/allot-dev/allot/telemetry"
 )
 
 func main() {
@@ -43,7 +47,10 @@ func run(args []string) error {
 	adminAddr := fs.String("admin-addr", "127.0.0.1:8070", "admin API listen address; off loopback it needs --admin-token")
 	adminToken := fs.String("admin-token", "", "bearer token admin API writes must present")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9470", "listen address of GET /metrics (Prometheus: rebalance rounds); empty disables")
+	otlpEndpoint := fs.String("otlp-endpoint", "", "OTLP/gRPC collector for a span per rebalance round (http://HOST:4317 plaintext, https:// TLS, or HOST:PORT plaintext); empty exports no spans")
 	rebalance := addRebalanceFlags(fs)
+	transportFlags := transportflags.Register(fs, "admin API")
 	envflag.Usage(fs, "ALLOT_")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -56,6 +63,11 @@ func run(args []string) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	tr, err := newTransport(transportFlags, log)
+	if err != nil {
+		return err
+	}
+	rebalance.transport = tr
 	url, err := storeURL(*store, *policies)
 	if err != nil {
 		return err
@@ -66,11 +78,28 @@ func run(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	st, err := policystore.Open(ctx, url, policystore.Options{Logger: log})
+	st, err := policystore.Open(ctx, url, policystore.Options{Logger: log, NATS: tr.nats})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	tel, err := telemetry.New(ctx, telemetry.Config{Service: "allot-coordinator", OTLPEndpoint: *otlpEndpoint, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			log.Warn("telemetry shutdown", "err", err)
+		}
+	}()
+	stopMetrics, err := serveMetrics(ctx, *metricsAddr, tel, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	rebalance.observe = tel.ObserveRebalance
 	waitRebalance, err := rebalance.start(ctx, st, log)
 	if err != nil {
 		return err
@@ -80,6 +109,7 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("admin API: listen on %s: %w", *adminAddr, err)
 	}
+	lis = tr.listener(lis)
 	if *adminToken == "" {
 		log.Warn("admin API without a token: writes are open to anyone on this host")
 	}
@@ -99,4 +129,41 @@ func storeURL(store, policies string) (string, error) {
 		return "file:" + policies, nil
 	}
 	return "", errors.New("no policy store: set --store URL (or --policies PATH)")
+}
+
+// serveMetrics serves GET /metrics on addr until ctx ends or the returned
+// stop is called; stop returns once the server has stopped. An empty addr
+// serves nothing.
+func serveMetrics(ctx context.Context, addr string, tel *telemetry.Telemetry, log *slog.Logger) (stop func(), err error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", tel.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := srv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	ctx, cancel := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			_ = srv.Close()
+		}
+	}()
+	log.Info("metrics serving", "addr", lis.Addr().String())
+	return func() { cancel(); <-stopped; <-served }, nil
 }

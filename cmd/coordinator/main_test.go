@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -28,10 +29,10 @@ func freeAddr(t *testing.T) string {
 func TestServesAdminAPIAndStopsOnSIGTERM(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "p.yaml")
 	require.NoError(t, os.WriteFile(path, nil, 0o600))
-	addr := freeAddr(t)
+	addr, metrics := freeAddr(t), freeAddr(t)
 	done := make(chan error, 1)
 	go func() {
-		done <- run([]string{"--store", "file:" + path, "--admin-addr", addr, "--admin-token", "T", "--log-level", "error"})
+		done <- run([]string{"--store", "file:" + path, "--admin-addr", addr, "--admin-token", "T", "--log-level", "error", "--metrics-addr", metrics})
 	}()
 
 	c := admin.NewClient("http://"+addr, "T", nil)
@@ -43,6 +44,11 @@ func TestServesAdminAPIAndStopsOnSIGTERM(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "admin API did not come up")
 		time.Sleep(10 * time.Millisecond) // poll interval
 	}
+	// The metrics listener is up before the admin API.
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
 	select {
 	case err := <-done:

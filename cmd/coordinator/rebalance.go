@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot-dev/allot/coord"
+	"github.com/allot-dev/allot/policy"
 	"github.com/allot-dev/allot/policystore"
 	"github.com/allot-dev/allot/region"
 )
@@ -29,6 +30,10 @@ type rebalanceFlags struct {
 	region, regions, natsURL, redis *string
 	lockTTL                         *time.Duration
 	knobs                           coord.Knobs
+	// transport has the Redis and NATS credentials and TLS (tls.go).
+	transport transport
+	// observe receives every active epoch (metrics and a span per round).
+	observe func(context.Context, coord.Round)
 }
 
 func addRebalanceFlags(fs *flag.FlagSet) *rebalanceFlags {
@@ -76,12 +81,12 @@ func (f *rebalanceFlags) start(ctx context.Context, st policystore.Store, log *s
 			closeAll()
 		}
 	}()
-	rs, err := region.Open(ctx, splitList(*f.redis), region.Options{})
+	rs, err := region.Open(ctx, splitList(*f.redis), f.transport.redis)
 	if err != nil {
 		return nil, err
 	}
 	closers = append(closers, func() { rs.Close() })
-	nc, err := nats.Connect(*f.natsURL, nats.Name("allot-coordinator "+*f.region), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(*f.natsURL, append([]nats.Option{nats.Name("allot-coordinator " + *f.region), nats.MaxReconnects(-1)}, f.transport.nats...)...)
 	if err != nil {
 		return nil, fmt.Errorf("nats %s: %w", *f.natsURL, err)
 	}
@@ -101,23 +106,16 @@ func (f *rebalanceFlags) start(ctx context.Context, st policystore.Store, log *s
 		Region: *f.region, Regions: regions, Transport: tr, Demand: dem,
 		Writer: coord.RedisWriter{Client: rs.Client()}, Limits: limits,
 		Lock:  &coord.RedisLock{Client: rs.Client(), Key: "allot:coordinator:{" + *f.region + "}", ID: instanceID(), TTL: *f.lockTTL},
-		Knobs: f.knobs, Logger: log,
+		Knobs: f.knobs, Logger: log, Observe: f.observe,
 	})
 	if err != nil {
 		return nil, err
 	}
 	var wg sync.WaitGroup
-	// The global limits follow the policy store. The settings document
-	// that will carry runtime knobs is to call c.SetKnobs the same way.
+	// The global limits and the runtime knobs follow the policy store.
+	fl := &follower{source: st.String(), limits: limits, coord: c, flags: f.knobs, log: log}
 	wg.Go(func() {
-		err := st.Watch(ctx, func(s policystore.Snapshot) {
-			if len(s.Problems) > 0 {
-				log.Warn("multi-region: policy snapshot has problems; keeping the last good limits", "problems", len(s.Problems))
-				return
-			}
-			limits.Update(s.File)
-		})
-		if err != nil {
+		if err := st.Watch(ctx, fl.apply); err != nil {
 			log.Error("multi-region: policy watch ended", "err", err)
 		}
 	})
@@ -128,6 +126,44 @@ func (f *rebalanceFlags) start(ctx context.Context, st policystore.Store, log *s
 		}
 	})
 	return func() { wg.Wait(); closeAll() }, nil
+}
+
+// follower applies policy-store snapshots to a running coordinator: the
+// global limits, and the knobs (the flags overridden by the settings
+// document's `rebalance:` block), so operators retune without a restart.
+type follower struct {
+	source string // the store, for validation errors
+	limits *coord.PolicyLimits
+	coord  *coord.Coordinator
+	flags  coord.Knobs
+	log    *slog.Logger
+}
+
+// apply takes one snapshot. A snapshot the nodes would reject (entries
+// that do not decode, or a set that does not validate) changes nothing
+// here either: the coordinator keeps the last good limits and knobs, as
+// the nodes keep the last good set.
+func (fl *follower) apply(s policystore.Snapshot) {
+	if len(s.Problems) > 0 {
+		fl.log.Warn("multi-region: policy snapshot has problems; keeping the last good limits and knobs", "problems", len(s.Problems))
+		return
+	}
+	if err := policy.Validate(fl.source, s.File); err != nil {
+		fl.log.Warn("multi-region: policy snapshot does not validate; keeping the last good limits and knobs", "err", err)
+		return
+	}
+	fl.limits.Update(s.File)
+	k, cur := fl.flags.With(s.File.Rebalance), fl.coord.Knobs()
+	if k == cur {
+		return
+	}
+	// The document is valid on its own but may still clash with a flag
+	// (a share_ttl flag under two document intervals): SetKnobs refuses.
+	if err := fl.coord.SetKnobs(k); err != nil {
+		fl.log.Error("multi-region: knobs from the settings document rejected; keeping the current ones", "err", err)
+		return
+	}
+	fl.log.Info("multi-region: knobs changed by the settings document", "from", cur, "to", k)
 }
 
 func splitList(s string) []string {

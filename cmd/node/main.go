@@ -29,6 +29,7 @@ import (
 	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/middleware"
 	"github.com/allot-dev/allot/node"
+	"github.com/allot-dev/allot/telemetry"
 )
 
 func main() {
@@ -60,8 +61,11 @@ func run(args []string) error {
 	leaseTTL := fs.Duration("lease-ttl", lease.DefaultTTL, "leased policies: leased tokens are void this long after the lease was asked for; overshoot is at most rate x ttl")
 	leaseLow := fs.Float64("lease-low-watermark", lease.DefaultLowWatermark, "leased policies: refill when this fraction of the last grant is left (higher: fewer waits, more held)")
 	leaseShare := fs.Float64("lease-max-share", lease.DefaultMaxShare, "leased policies: one grant is at most this fraction of the burst (lower: fairer between nodes, more calls)")
+	metricsAddr := fs.String("metrics-addr", "", "listen address of GET /metrics (Prometheus); empty serves /metrics on --http-addr")
+	otlpEndpoint := fs.String("otlp-endpoint", "", "OTLP/gRPC collector for traces of checks (http://HOST:4317 plaintext, https:// TLS, or HOST:PORT plaintext); empty exports no spans")
 	res := resilienceFlags(fs)
 	multi := multiRegionFlags(fs)
+	transport := transportFlags(fs)
 	envflag.Usage(fs, "ALLOT_")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -78,9 +82,25 @@ func run(args []string) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	tr, err := transport(log)
+	if err != nil {
+		return err
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	tel, err := telemetry.New(ctx, telemetry.Config{Service: "allot-node", OTLPEndpoint: *otlpEndpoint, Logger: log})
+	if err != nil {
+		return err
+	}
+	// After the node closed: the last spans and the providers flush.
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			log.Warn("telemetry shutdown", "err", err)
+		}
+	}()
 	n, err := node.Start(ctx, node.Config{
 		GRPCAddr:     *grpcAddr,
 		Redis:        splitList(*redis),
@@ -102,6 +122,9 @@ func run(args []string) error {
 		Lease:        lease.Config{TargetPeriod: *leaseTarget, TTL: *leaseTTL, LowWatermark: *leaseLow, MaxShare: *leaseShare},
 		Resilience:   res(),
 		MultiRegion:  multi(),
+		Transport:    tr,
+		Telemetry:    tel,
+		MetricsAddr:  *metricsAddr,
 	})
 	if err != nil {
 		return err

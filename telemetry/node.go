@@ -1,0 +1,145 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/allot-dev/allot/decide"
+	"github.com/allot-dev/allot/lease"
+	"github.com/allot-dev/allot/region"
+)
+
+// Outcome label values of allot_decisions_total.
+const (
+	OutcomeAllowed    = "allowed"
+	OutcomeThrottled  = "throttled"
+	OutcomeFailedOpen = "failed_open"
+	OutcomeError      = "error" // bad input or an internal failure: no decision
+)
+
+// NoPolicy is the policy label of checks no policy applied to (allowed
+// without a limit) and of checks that failed before a decision.
+const NoPolicy = "none"
+
+func outcome(o decide.Outcome) string {
+	switch o {
+	case decide.Allowed:
+		return OutcomeAllowed
+	case decide.Throttled:
+		return OutcomeThrottled
+	case decide.FailedOpen:
+		return OutcomeFailedOpen
+	}
+	return "unknown"
+}
+
+// ObserveCheck records one answered check of face ("grpc", "http",
+// "envoy"): allot_decisions_total{policy,outcome} by the deciding policy
+// (d.PolicyID), and allot_decision_duration_seconds{face}. d is nil when
+// err is set. It is the body of the server packages' Observe hooks.
+func (t *Telemetry) ObserveCheck(ctx context.Context, face string, d *decide.Decision, err error, elapsed time.Duration) {
+	if t == nil {
+		return
+	}
+	policy, out := NoPolicy, OutcomeError
+	if err == nil && d != nil {
+		out = outcome(d.Outcome)
+		if d.PolicyID != "" {
+			policy = d.PolicyID
+		}
+	}
+	t.decisions.Add(ctx, 1, t.option("policy", policy, "outcome", out).add...)
+	t.decisionDuration.Record(ctx, elapsed.Seconds(), t.option("face", face, "", "").rec...)
+}
+
+// Redis result label values of allot_redis_calls_total.
+const (
+	ResultOK          = "ok"
+	ResultError       = "error"
+	ResultTimeout     = "timeout"     // the call's deadline passed
+	ResultUnavailable = "unavailable" // the shard's breaker is open: not sent
+)
+
+// ObserveRedis records one call to the region Redis: op is "take",
+// "refund", "lease" or "return"; err is the call's error (nil: ok).
+func (t *Telemetry) ObserveRedis(ctx context.Context, op string, err error, elapsed time.Duration) {
+	if t == nil {
+		return
+	}
+	res := ResultOK
+	switch {
+	case err == nil:
+	case errors.Is(err, region.ErrUnavailable):
+		res = ResultUnavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		res = ResultTimeout
+	default:
+		res = ResultError
+	}
+	t.redisCalls.Add(ctx, 1, t.option("op", op, "result", res).add...)
+	t.redisDuration.Record(ctx, elapsed.Seconds(), t.option("op", op, "", "").rec...)
+}
+
+// ObserveLeases exposes a lease manager's counters, read from stats at
+// every scrape (nothing is added to the leased decision path):
+// allot_lease_refills_total (lease round trips to Redis),
+// allot_lease_refill_groups_total (lease script calls),
+// allot_lease_tokens_granted_total, allot_lease_tokens_returned_total,
+// allot_lease_denials_total, allot_lease_evictions_total and the gauge
+// allot_lease_keys. The returned func stops reading stats (call it when
+// the manager closes); Shutdown does too.
+func (t *Telemetry) ObserveLeases(stats func() lease.Stats) (func() error, error) {
+	m := t.meter
+	refills, e1 := m.Int64ObservableCounter("allot_lease_refills", metric.WithDescription("Lease round trips to the region Redis (one pipeline of lease script calls each)."))
+	groups, e2 := m.Int64ObservableCounter("allot_lease_refill_groups", metric.WithDescription("Lease script calls (one per key group refilled)."))
+	granted, e3 := m.Int64ObservableCounter("allot_lease_tokens_granted", metric.WithDescription("Tokens the region granted to this node's leases."))
+	returned, e4 := m.Int64ObservableCounter("allot_lease_tokens_returned", metric.WithDescription("Unspent leased tokens credited back to the region."))
+	denials, e5 := m.Int64ObservableCounter("allot_lease_denials", metric.WithDescription("Lease calls the region could not serve."))
+	evicted, e6 := m.Int64ObservableCounter("allot_lease_evictions", metric.WithDescription("Idle lease keys evicted."))
+	keys, e7 := m.Int64ObservableGauge("allot_lease_keys", metric.WithDescription("Keys holding a lease on this node now."))
+	if err := errors.Join(e1, e2, e3, e4, e5, e6, e7); err != nil {
+		return nil, fmt.Errorf("telemetry: lease instruments: %w", err)
+	}
+	return t.register(func(_ context.Context, o metric.Observer) error {
+		s := stats()
+		o.ObserveInt64(refills, s.Calls)
+		o.ObserveInt64(groups, s.Groups)
+		o.ObserveInt64(granted, s.Granted)
+		o.ObserveInt64(returned, s.Returned)
+		o.ObserveInt64(denials, s.Denials)
+		o.ObserveInt64(evicted, s.Evicted)
+		o.ObserveInt64(keys, int64(s.Keys))
+		return nil
+	}, refills, groups, granted, returned, denials, evicted, keys)
+}
+
+// ObserveBreakers exposes allot_breaker_state{shard} (0 closed, 1
+// half-open, 2 open) from shards at every scrape. Shards are the region's
+// Redis masters: bounded by the deployment.
+func (t *Telemetry) ObserveBreakers(shards func() []region.ShardHealth) (func() error, error) {
+	state, err := t.meter.Int64ObservableGauge("allot_breaker_state",
+		metric.WithDescription("Circuit breaker of each region Redis shard: 0 closed, 1 half-open, 2 open."))
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: breaker instrument: %w", err)
+	}
+	return t.register(func(_ context.Context, o metric.Observer) error {
+		for _, h := range shards() {
+			o.ObserveInt64(state, breakerValue(h.State), t.option("shard", h.Shard, "", "").obs...)
+		}
+		return nil
+	}, state)
+}
+
+func breakerValue(s region.BreakerState) int64 {
+	switch s {
+	case region.BreakerClosed:
+		return 0
+	case region.BreakerHalfOpen:
+		return 1
+	}
+	return 2
+}
