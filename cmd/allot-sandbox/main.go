@@ -13,12 +13,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
+	"github.com/allot-dev/allot/cmd/internal/cli"
 	"github.com/allot-dev/allot/sandbox"
 )
 
@@ -36,15 +36,14 @@ func run(args []string) error {
 	masters := fs.Int("masters", 3, "redis-servers per region: 3 or more make a Redis Cluster, 1 a single server")
 	nodes := fs.Int("nodes", 2, "nodes per region")
 	standby := fs.Bool("standby", false, "start a standby coordinator per region")
-	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
-	if err := fs.Parse(args); err != nil {
+	logger := cli.LogLevel(fs, "warn", os.Stderr)
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	log, err := logger()
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -27,8 +27,8 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/admin"
+	"github.com/allot-dev/allot/cmd/internal/cli"
 	"github.com/allot-dev/allot/cmd/internal/transportflags"
-	"github.com/allot-dev/allot/envflag"
 	"github.com/allot-dev/allot/policystore"
 	"github.com/allot-dev/allot/telemetry"
 )
@@ -46,23 +46,18 @@ func run(args []string) error {
 	policies := fs.String("policies", "", "policy file; shorthand for --store file:PATH")
 	adminAddr := fs.String("admin-addr", "127.0.0.1:8070", "admin API listen address; off loopback it needs --admin-token")
 	adminToken := fs.String("admin-token", "", "bearer token admin API writes must present")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	logger := cli.LogLevel(fs, "info", os.Stderr)
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9470", "listen address of GET /metrics (Prometheus: rebalance rounds); empty disables")
 	otlpEndpoint := fs.String("otlp-endpoint", "", "OTLP/gRPC collector for a span per rebalance round (http://HOST:4317 plaintext, https:// TLS, or HOST:PORT plaintext); empty exports no spans")
 	rebalance := addRebalanceFlags(fs)
 	transportFlags := transportflags.Register(fs, "admin API")
-	envflag.Usage(fs, "ALLOT_")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
-	if err := envflag.Apply(fs, "ALLOT_"); err != nil {
+	log, err := logger()
+	if err != nil {
 		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	tr, err := newTransport(transportFlags, log)
 	if err != nil {
 		return err

@@ -18,14 +18,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/allot-dev/allot/envflag"
+	"github.com/allot-dev/allot/cmd/internal/cli"
 	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/middleware"
 	"github.com/allot-dev/allot/node"
@@ -47,7 +46,7 @@ func run(args []string) error {
 	store := fs.String("store", "", "policy store, watched for changes: file:PATH, nats://HOST:PORT (JetStream KV allot-policies) or postgres://...")
 	adminAddr := fs.String("admin-addr", "", "admin API listen address (HOST:PORT); empty disables; off loopback it needs --admin-token")
 	adminToken := fs.String("admin-token", "", "bearer token admin API writes must present")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	logger := cli.LogLevel(fs, "info", os.Stderr)
 	shutdown := fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight calls may run after SIGTERM")
 	httpAddr := fs.String("http-addr", "127.0.0.1:8080", "HTTP listen address for POST /v1/check, /healthz, /readyz; empty disables")
 	upstream := fs.String("upstream", "", "reverse-proxy mode: forward admitted requests to this http(s) URL")
@@ -66,22 +65,17 @@ func run(args []string) error {
 	res := resilienceFlags(fs)
 	multi := multiRegionFlags(fs)
 	transport := transportFlags(fs)
-	envflag.Usage(fs, "ALLOT_")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := envflag.Apply(fs, "ALLOT_"); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	proxies, err := middleware.ParsePrefixes(*trusted)
 	if err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	log, err := logger()
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	tr, err := transport(log)
 	if err != nil {
 		return err

@@ -1,0 +1,40 @@
+// Package cli holds what every Allot command does the same way at start:
+// flags that fall back to ALLOT_* environment variables, and a log/slog
+// logger at a --log-level.
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/allot-dev/allot/envflag"
+)
+
+// EnvPrefix is the prefix of every command's environment variables.
+const EnvPrefix = "ALLOT_"
+
+// Parse parses args into fs, then fills each flag not given on the
+// command line from its ALLOT_ environment variable (the command line
+// wins). The usage text names the variables.
+func Parse(fs *flag.FlagSet, args []string) error {
+	envflag.Usage(fs, EnvPrefix)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return envflag.Apply(fs, EnvPrefix)
+}
+
+// LogLevel declares --log-level (default def) and returns a function that,
+// after parsing, builds a text logger at that level writing to w.
+func LogLevel(fs *flag.FlagSet, def string, w io.Writer) func() (*slog.Logger, error) {
+	s := fs.String("log-level", def, "log level: debug, info, warn, error")
+	return func() (*slog.Logger, error) {
+		var level slog.Level
+		if err := level.UnmarshalText([]byte(*s)); err != nil {
+			return nil, fmt.Errorf("--log-level: %w", err)
+		}
+		return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), nil
+	}
+}
