@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -63,9 +64,11 @@ type world struct {
 	coords            map[string]*coord.Coordinator
 }
 
+// startWorld starts the three regions; their gateway links go through
+// proxies, so a test can cut one region's gateways alone.
 func startWorld(t *testing.T) *world {
 	t.Helper()
-	w := &world{t: t, sc: natstest.StartSupercluster(t, regions...), stores: map[string]*region.Store{},
+	w := &world{t: t, sc: natstest.StartSuperclusterProxied(t, regions...), stores: map[string]*region.Store{},
 		offered: map[string]*atomic.Uint64{}, admitted: map[string]*atomic.Int64{},
 		attempted: map[string]*atomic.Int64{}, errors: map[string]*atomic.Int64{}, coords: map[string]*coord.Coordinator{},
 		start: time.Now(), timeline: make([]atomic.Int64, int(2*time.Minute/bucket))}
@@ -308,34 +311,136 @@ func TestMultiRegionSharesFollowTraffic(t *testing.T) {
 	w.checkBound(200*time.Millisecond, time.Second)
 }
 
+// probe tells whether messages cross between regions: one connection
+// per region, each subscribed to a probe subject.
+// Probes carry their region and a phase, so probes still in flight from
+// an earlier phase are told apart.
+type probe struct {
+	t     *testing.T
+	phase atomic.Int64
+	conns map[string]*nats.Conn
+	subs  map[string]*nats.Subscription
+}
+
+func newProbe(w *world) *probe {
+	p := &probe{t: w.t, conns: map[string]*nats.Conn{}, subs: map[string]*nats.Subscription{}}
+	for _, r := range regions {
+		nc := connect(w.t, w.sc.URL(r))
+		w.t.Cleanup(nc.Close)
+		sub, err := nc.SubscribeSync("allot.test.probe")
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			w.t.Fatal(err)
+		}
+		p.conns[r], p.subs[r] = nc, sub
+	}
+	return p
+}
+
+// next starts a new phase: probes published before are ignored.
+func (p *probe) next() { p.phase.Add(1) }
+
+func (p *probe) data(from string) string { return fmt.Sprintf("%s/%d", from, p.phase.Load()) }
+
+// publish sends one probe from region from.
+func (p *probe) publish(from string) {
+	if err := p.conns[from].Publish("allot.test.probe", []byte(p.data(from))); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// reaches publishes from `from` every 20 ms until `to` receives one, or
+// gives up after d.
+func (p *probe) reaches(from, to string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		p.publish(from)
+		for {
+			m, err := p.subs[to].NextMsg(20 * time.Millisecond) // polling
+			if err != nil {
+				break
+			}
+			if string(m.Data) == p.data(from) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// crossed returns the first probe of the current phase received so far in
+// one region that was published on the other side of the cut (isolated
+// vs the rest), or "".
+func (p *probe) crossed(isolated string) string {
+	for _, r := range regions {
+		for {
+			m, err := p.subs[r].NextMsg(time.Millisecond)
+			if err != nil {
+				break
+			}
+			from, phase, _ := strings.Cut(string(m.Data), "/")
+			if phase == strconv.FormatInt(p.phase.Load(), 10) && (from == isolated) != (r == isolated) {
+				return fmt.Sprintf("%s received a probe from %s", r, from)
+			}
+		}
+	}
+	return ""
+}
+
 func TestMultiRegionPartition(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-region integration test")
 	}
 	w := startWorld(t)
 	k := knobs()
+	pr := newProbe(w)
+	for _, r := range []string{"ap", "us"} {
+		if !pr.reaches("eu", r, 10*time.Second) || !pr.reaches(r, "eu", 10*time.Second) {
+			t.Fatalf("eu and %s do not hear each other before the cut", r)
+		}
+	}
 	w.offer(20, 360, 20)
 	hot := globalRate - 2*20*(1+k.Headroom) // the hot region's max-min share
 	deadline := time.Now().Add(10 * time.Second)
 	for w.share("eu") < 0.98*hot && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond) // polling
 	}
-	euBefore := w.share("eu")
-	t.Logf("before the cut: shares ap %.0f eu %.0f us %.0f", w.share("ap"), euBefore, w.share("us"))
+	apBefore, euBefore, usBefore := w.share("ap"), w.share("eu"), w.share("us")
+	t.Logf("before the cut: shares ap %.0f eu %.0f us %.0f", apBefore, euBefore, usBefore)
 
-	// Cut eu off (its NATS server, hence its gateways, goes down); the
-	// traffic moves to us meanwhile.
-	w.sc.Stop("eu")
+	// Cut eu's gateway links only: its NATS server stays up, so its nodes
+	// keep publishing demand to its coordinator, which keeps its own
+	// connection; it just hears no other region and no region hears it.
+	// The traffic moves to us meanwhile.
+	w.sc.CutGateways("eu")
+	pr.next()
 	w.offer(20, 20, 360)
-	var maxSum, euMax float64
+	var maxSum, euMax, othersMax float64
 	end := time.Now().Add(8 * k.Interval)
 	for time.Now().Before(end) {
 		ap, eu, us := w.share("ap"), w.share("eu"), w.share("us")
-		maxSum, euMax = max(maxSum, ap+eu+us), max(euMax, eu)
+		maxSum, euMax, othersMax = max(maxSum, ap+eu+us), max(euMax, eu), max(othersMax, ap+us)
+		for _, r := range regions {
+			pr.publish(r)
+		}
+		if c := pr.crossed("eu"); c != "" {
+			t.Fatalf("during the cut: %s", c)
+		}
 		time.Sleep(10 * time.Millisecond) // sampling
 	}
+	// eu's own server still carries its traffic: its probes reach eu, and
+	// ap's reach us.
+	if !pr.reaches("eu", "eu", 5*time.Second) || !pr.reaches("ap", "us", 5*time.Second) {
+		t.Fatal("during the cut: a region's own traffic, or ap<->us, was cut too")
+	}
+	if c := pr.crossed("eu"); c != "" {
+		t.Fatalf("during the cut: %s", c)
+	}
 	euAfter := w.share("eu")
-	t.Logf("during the cut: eu %.0f -> %.0f (never above %.0f); largest sum of shares %.2f/s", euBefore, euAfter, euMax, maxSum)
+	t.Logf("during the cut: eu %.0f -> %.0f (never above %.0f); ap+us at most %.0f (held %.0f); largest sum of shares %.2f/s",
+		euBefore, euAfter, euMax, othersMax, apBefore+usBefore, maxSum)
 	if maxSum > globalRate+1e-6 {
 		t.Errorf("shares summed to %.2f > %.0f during the partition", maxSum, globalRate)
 	}
@@ -345,11 +450,21 @@ func TestMultiRegionPartition(t *testing.T) {
 	if euAfter >= euBefore || euAfter < globalRate/3-1 {
 		t.Errorf("isolated eu should decay toward %.0f: %.0f -> %.0f", globalRate/3, euBefore, euAfter)
 	}
+	// ap and us assume eu still holds its last share: they redistribute
+	// only what they held themselves.
+	if othersMax > globalRate-euBefore+1e-6 {
+		t.Errorf("ap+us reached %.2f > L - eu's last share = %.2f during the partition", othersMax, globalRate-euBefore)
+	}
 
-	// Heal: the shares follow the traffic to us again.
-	w.sc.Restart("eu")
-	w.sc.WaitGateways()
+	// Heal: messages cross again and the shares follow the traffic to us.
+	w.sc.HealGateways("eu")
+	pr.next()
 	healed := time.Now()
+	for _, r := range []string{"ap", "us"} {
+		if !pr.reaches("eu", r, 10*time.Second) || !pr.reaches(r, "eu", 10*time.Second) {
+			t.Fatalf("eu and %s do not hear each other after healing", r)
+		}
+	}
 	deadline = time.Now().Add(10 * time.Second)
 	for w.share("us") < 0.98*hot && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond) // polling

@@ -5,6 +5,8 @@
 package faultproxy
 
 import (
+	"bufio"
+	"bytes"
 	"io"
 	"net"
 	"sync"
@@ -22,6 +24,7 @@ type Proxy struct {
 	latency atomic.Int64 // nanoseconds added before each forwarded chunk
 	hole    atomic.Bool  // swallow traffic, answer nothing
 	cut     atomic.Bool  // refuse and reset connections
+	admit   atomic.Pointer[func(line []byte) bool]
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -61,6 +64,20 @@ func (p *Proxy) Cut() {
 		c.Close()
 	}
 	p.mu.Unlock()
+}
+
+// AdmitFirstLine makes the proxy check the first line (up to and
+// including '\n', at most 64 KiB) that each client sends: a connection
+// whose line admit rejects is closed before any of it reaches the target.
+// The target's side is forwarded meanwhile, so protocols whose server
+// speaks first (NATS sends INFO, the client answers CONNECT) still work.
+// nil admits every connection.
+func (p *Proxy) AdmitFirstLine(admit func(line []byte) bool) {
+	if admit == nil {
+		p.admit.Store(nil)
+		return
+	}
+	p.admit.Store(&admit)
 }
 
 // Heal undoes Cut, BlackHole and SetLatency.
@@ -123,13 +140,37 @@ func (p *Proxy) serve(client net.Conn) {
 	}
 	defer p.untrack(server)
 	done := make(chan struct{}, 2)
-	go func() { p.pipe(server, client); done <- struct{}{} }()
+	go func() {
+		if src, ok := p.admitted(client, server); ok {
+			p.pipe(server, src)
+		}
+		done <- struct{}{}
+	}()
 	go func() { p.pipe(client, server); done <- struct{}{} }()
 	<-done
 	// One side ended: close both so the other pipe ends too.
 	client.Close()
 	server.Close()
 	<-done
+}
+
+// admitted reads client's first line when AdmitFirstLine is set, and
+// forwards it to server if admitted; it returns what to read the rest of
+// the client's side from.
+func (p *Proxy) admitted(client io.Reader, server io.Writer) (io.Reader, bool) {
+	f := p.admit.Load()
+	if f == nil {
+		return client, true
+	}
+	br := bufio.NewReaderSize(client, 64<<10)
+	line, err := br.ReadSlice('\n')
+	if err != nil || !bytes.HasSuffix(line, []byte("\n")) || !(*f)(line) {
+		return nil, false
+	}
+	if _, err := server.Write(line); err != nil {
+		return nil, false
+	}
+	return br, true
 }
 
 func (p *Proxy) pipe(dst io.Writer, src io.Reader) {

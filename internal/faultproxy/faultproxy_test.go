@@ -74,3 +74,33 @@ func TestFaults(t *testing.T) {
 	defer c3.Close()
 	require.NoError(t, roundTrip(t, c3, 5*time.Second))
 }
+
+func TestAdmitFirstLine(t *testing.T) {
+	p := New(t, echo(t))
+	p.AdmitFirstLine(func(line []byte) bool { return string(line) == "hello\n" })
+
+	ok, err := net.Dial("tcp", p.Addr)
+	require.NoError(t, err)
+	defer ok.Close()
+	ok.SetDeadline(time.Now().Add(5 * time.Second))
+	_, err = ok.Write([]byte("hello\n"))
+	require.NoError(t, err)
+	r := bufio.NewReader(ok)
+	l, err := r.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "hello\n", l, "an admitted first line is forwarded")
+	_, err = ok.Write([]byte("ping\n"))
+	require.NoError(t, err)
+	l, err = r.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "ping\n", l, "and so is the rest")
+
+	bad, err := net.Dial("tcp", p.Addr)
+	require.NoError(t, err)
+	defer bad.Close()
+	bad.SetDeadline(time.Now().Add(5 * time.Second))
+	_, err = bad.Write([]byte("intruder\n"))
+	require.NoError(t, err)
+	_, err = bufio.NewReader(bad).ReadString('\n')
+	require.Error(t, err, "a rejected connection is closed, nothing echoed")
+}

@@ -101,10 +101,31 @@ type RegionPorts struct {
 	Client, Cluster, Gateway int
 }
 
+// GatewayRouting lets a caller put something (a fault-injecting proxy in
+// tests) between the regions' gateways. The zero value dials the gateway
+// ports directly.
+type GatewayRouting struct {
+	// Addr, when set, is the host:port that region from dials to reach
+	// region to's gateway, which listens on 127.0.0.1:port.
+	Addr func(from, to string, port int) string
+	// Advertise, when set, is the gateway address every server advertises.
+	// Servers gossip it to each other and add it to the URLs they dial
+	// for that region, next to the configured one: with Addr routing
+	// through proxies, an address that refuses connections keeps a
+	// reconnect from going around them.
+	Advertise string
+}
+
 // StartSupercluster starts one server per region, gateways between all
 // of them, and returns once every server has an outbound gateway to
 // every other region. On error nothing is left running.
 func StartSupercluster(ctx context.Context, regions ...string) (*Supercluster, error) {
+	return StartSuperclusterRouted(ctx, GatewayRouting{}, regions...)
+}
+
+// StartSuperclusterRouted is StartSupercluster with the gateway links
+// routed as rt says.
+func StartSuperclusterRouted(ctx context.Context, rt GatewayRouting, regions ...string) (*Supercluster, error) {
 	if len(regions) == 0 {
 		return nil, errors.New("natsproc: no region")
 	}
@@ -123,13 +144,17 @@ func StartSupercluster(ctx context.Context, regions ...string) (*Supercluster, e
 			NoLog:      true,
 			NoSigs:     true,
 			Cluster:    server.ClusterOpts{Name: r, Host: "127.0.0.1", Port: ports[1]},
-			Gateway:    server.GatewayOpts{Name: r, Host: "127.0.0.1", Port: ports[2], ConnectRetries: -1},
+			Gateway:    server.GatewayOpts{Name: r, Host: "127.0.0.1", Port: ports[2], ConnectRetries: -1, Advertise: rt.Advertise},
 		}
 	}
 	for _, r := range regions {
 		for _, o := range regions {
 			if o != r {
-				u := &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", gw[o])}
+				addr := fmt.Sprintf("127.0.0.1:%d", gw[o])
+				if rt.Addr != nil {
+					addr = rt.Addr(r, o, gw[o])
+				}
+				u := &url.URL{Scheme: "nats", Host: addr}
 				sc.opts[r].Gateway.Gateways = append(sc.opts[r].Gateway.Gateways, &server.RemoteGatewayOpts{Name: o, URLs: []*url.URL{u}})
 			}
 		}

@@ -1,9 +1,13 @@
 package natstest
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"testing"
 
+	"github.com/allot-dev/allot/internal/faultproxy"
 	"github.com/allot-dev/allot/internal/natsproc"
 )
 
@@ -15,6 +19,9 @@ import (
 type Supercluster struct {
 	t  testing.TB
 	sc *natsproc.Supercluster
+	// proxies are the gateway links of StartSuperclusterProxied, by
+	// (dialing region, dialed region); nil otherwise.
+	proxies map[[2]string]*faultproxy.Proxy
 }
 
 // StartSupercluster starts one server per region, gateways between all of
@@ -28,6 +35,93 @@ func StartSupercluster(t testing.TB, regions ...string) *Supercluster {
 	}
 	t.Cleanup(sc.Close)
 	return &Supercluster{t: t, sc: sc}
+}
+
+// unreachableGateway is the gateway address the servers of
+// StartSuperclusterProxied advertise: nothing listens on port 1, so a
+// dial is refused at once and the server tries its next URL, the proxy.
+const unreachableGateway = "127.0.0.1:1"
+
+// StartSuperclusterProxied is StartSupercluster with every gateway
+// connection going through a faultproxy, one per (dialing region, dialed
+// region), so CutGateways can cut one region's gateway links while its
+// server, and every client connected to it, stays up. The servers
+// advertise an address that refuses connections (the gossiped gateway
+// URLs would otherwise let a reconnect go around the proxies). Servers
+// also gossip the URLs they dial for the other regions: so that another
+// region cannot use a link's proxy, each proxy admits only the gateway
+// whose CONNECT names the link's dialing region.
+func StartSuperclusterProxied(t testing.TB, regions ...string) *Supercluster {
+	t.Helper()
+	proxies := map[[2]string]*faultproxy.Proxy{}
+	rt := natsproc.GatewayRouting{
+		Addr: func(from, to string, port int) string {
+			p := faultproxy.New(t, fmt.Sprintf("127.0.0.1:%d", port))
+			p.AdmitFirstLine(func(line []byte) bool { return gatewayConnectFrom(line) == from })
+			proxies[[2]string{from, to}] = p
+			return p.Addr
+		},
+		Advertise: unreachableGateway,
+	}
+	sc, err := natsproc.StartSuperclusterRouted(context.Background(), rt, regions...)
+	if err != nil {
+		t.Fatalf("natstest: %v", err)
+	}
+	t.Cleanup(sc.Close) // runs before the proxies' cleanups
+	return &Supercluster{t: t, sc: sc, proxies: proxies}
+}
+
+// gatewayConnectFrom is the gateway name in a gateway's CONNECT line
+// ("CONNECT {...,"gateway":"eu",...}\r\n"), or "" for any other line.
+func gatewayConnectFrom(line []byte) string {
+	arg, ok := bytes.CutPrefix(line, []byte("CONNECT "))
+	if !ok {
+		return ""
+	}
+	var c struct {
+		Gateway string `json:"gateway"`
+	}
+	if json.Unmarshal(bytes.TrimSpace(arg), &c) != nil {
+		return ""
+	}
+	return c.Gateway
+}
+
+// CutGateways cuts every gateway link of region, both directions (its
+// outbound connections to the other regions and theirs to it): open
+// connections are reset and reconnects refused until HealGateways.
+// Region's server and its clients stay up. Only for a supercluster
+// started with StartSuperclusterProxied.
+func (sc *Supercluster) CutGateways(region string) {
+	sc.t.Helper()
+	for _, p := range sc.links(region) {
+		p.Cut()
+	}
+}
+
+// HealGateways undoes CutGateways and waits until every server has an
+// outbound gateway to every other region again.
+func (sc *Supercluster) HealGateways(region string) {
+	sc.t.Helper()
+	for _, p := range sc.links(region) {
+		p.Heal()
+	}
+	sc.WaitGateways()
+}
+
+// links are the proxies of region's gateway links in both directions.
+func (sc *Supercluster) links(region string) []*faultproxy.Proxy {
+	sc.t.Helper()
+	if sc.proxies == nil {
+		sc.t.Fatalf("natstest: gateway links of %s: supercluster not started with StartSuperclusterProxied", region)
+	}
+	var ps []*faultproxy.Proxy
+	for _, o := range sc.sc.Regions() {
+		if o != region {
+			ps = append(ps, sc.proxies[[2]string{region, o}], sc.proxies[[2]string{o, region}])
+		}
+	}
+	return ps
 }
 
 // URL is the client URL of region's server.
