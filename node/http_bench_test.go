@@ -91,8 +91,13 @@ func runHTTPBenchClients(b *testing.B, check func(client int) error) {
 // BenchmarkCheckGRPC: CheckRateLimit over a real gRPC connection to an
 // in-process standalone node.
 func BenchmarkCheckGRPC(b *testing.B) {
-	n := startHTTPBenchNode(b)
-	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	benchGRPCChecks(b, startHTTPBenchNode(b).Addr())
+}
+
+// benchGRPCChecks runs httpBenchClients clients of CheckRateLimit against
+// the node at addr, each with its own tenant.
+func benchGRPCChecks(b *testing.B, addr string) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(b, err)
 	defer conn.Close()
 	client := ratelimitv1.NewRateLimiterServiceClient(conn)
