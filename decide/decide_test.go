@@ -2,7 +2,6 @@ package decide_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,22 +10,10 @@ import (
 
 	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/decide"
+	"github.com/allot-dev/allot/internal/fakeclock"
 	"github.com/allot-dev/allot/memstore"
 	"github.com/allot-dev/allot/policy"
 )
-
-// clock is a manual clock for the in-process store.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 const policies = `
 tenants: {acme: pro}
@@ -68,7 +55,7 @@ func check(t *testing.T, d *decide.Decider, in decide.Input) decide.Decision {
 }
 
 func TestDenialByDailyLimitBurnsNoPerSecondTokensNorOtherSubjects(t *testing.T) {
-	clk := &clock{t: time.Unix(1_700_000_000, 0)}
+	clk := fakeclock.New(time.Unix(1_700_000_000, 0))
 	store := memstore.New(clk.Now)
 	d := newDecider(t, store)
 	in := decide.Input{Tenant: "t1", IP: "192.0.2.1"}
@@ -116,7 +103,7 @@ func TestDenialByDailyLimitBurnsNoPerSecondTokensNorOtherSubjects(t *testing.T) 
 }
 
 func TestCostWeightingAndRetryAfter(t *testing.T) {
-	clk := &clock{t: time.Unix(1_700_000_000, 0)}
+	clk := fakeclock.New(time.Unix(1_700_000_000, 0))
 	set, err := policy.Load("t", []byte(`
 costs: {"POST /v1/transfers": 10}
 policies:
@@ -188,7 +175,7 @@ policies:
 }
 
 func TestReloadKeepsCounters(t *testing.T) {
-	clk := &clock{t: time.Unix(1_700_000_000, 0)}
+	clk := fakeclock.New(time.Unix(1_700_000_000, 0))
 	d := newDecider(t, memstore.New(clk.Now))
 	in := decide.Input{Tenant: "t1"}
 	for range 10 {

@@ -2,7 +2,6 @@ package fallback_test
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,29 +11,18 @@ import (
 
 	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/fallback"
+	"github.com/allot-dev/allot/internal/fakeclock"
 )
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // size is a Sizer tests can change.
 type size struct{ n atomic.Int64 }
 
 func (s *size) N() int { return int(s.n.Load()) }
 
-func newStore(n int) (*fallback.Store, *size, *clock) {
+func newStore(n int) (*fallback.Store, *size, *fakeclock.Clock) {
 	sz := &size{}
 	sz.n.Store(int64(n))
-	clk := &clock{t: time.Unix(1_700_000_000, 0)}
+	clk := fakeclock.New(time.Unix(1_700_000_000, 0))
 	return fallback.New(sz, clk.Now), sz, clk
 }
 

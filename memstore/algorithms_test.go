@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/algorithm"
+	"github.com/allot-dev/allot/internal/fakeclock"
 )
 
 func at(a algorithm.Algorithm, limit int64, period time.Duration) algorithm.Spec {
@@ -22,7 +23,7 @@ var midnight = time.Unix(1_700_006_400, 0)
 // per_day in one group: once the day is spent, a denial takes nothing
 // from the second either.
 func TestMixedAlgorithmsAllOrNothing(t *testing.T) {
-	clk := &clock{t: midnight.Add(time.Hour)}
+	clk := fakeclock.New(midnight.Add(time.Hour))
 	s := New(clk.Now)
 	g := algorithm.Group{
 		{Key: "rl:{t}:p:sec", Spec: spec, Cost: 1}, // token bucket 100/s, burst 50
@@ -45,7 +46,7 @@ func TestMixedAlgorithmsAllOrNothing(t *testing.T) {
 }
 
 func TestFixedWindowBoundary(t *testing.T) {
-	clk := &clock{t: midnight.Add(-time.Millisecond)}
+	clk := fakeclock.New(midnight.Add(-time.Millisecond))
 	s := New(clk.Now)
 	g := algorithm.Group{{Key: "rl:{q}:day", Spec: at(algorithm.FixedWindow, 10, 24*time.Hour), Cost: 10}}
 	require.True(t, take(t, s, g).Allowed, "the whole quota 1ms before midnight")
@@ -60,11 +61,11 @@ func TestFixedWindowBoundary(t *testing.T) {
 // The seed's worked example through the store: 80 in the previous
 // minute, 30 in this one, 15s into it: 90 counted, 10 left.
 func TestSlidingCounterThroughStore(t *testing.T) {
-	clk := &clock{t: midnight.Add(10 * time.Second)}
+	clk := fakeclock.New(midnight.Add(10 * time.Second))
 	s := New(clk.Now)
 	g := algorithm.Group{{Key: "rl:{c}:min", Spec: at(algorithm.SlidingWindowCounter, 100, time.Minute), Cost: 80}}
 	require.True(t, take(t, s, g).Allowed)
-	clk.t = midnight.Add(time.Minute + 15*time.Second)
+	clk.Advance(time.Minute + 5*time.Second) // to 1m15s
 	g[0].Cost = 30
 	require.True(t, take(t, s, g).Allowed, "60 + 30 <= 100")
 	g[0].Cost = 0
@@ -76,7 +77,7 @@ func TestSlidingCounterThroughStore(t *testing.T) {
 }
 
 func TestGCRAThroughStore(t *testing.T) {
-	clk := &clock{t: midnight}
+	clk := fakeclock.New(midnight)
 	s := New(clk.Now)
 	g := algorithm.Group{{Key: "rl:{g}:s", Spec: algorithm.Spec{Algorithm: algorithm.GCRA, Limit: 5, Period: time.Second, Burst: 2}, Cost: 1}}
 	assert.True(t, take(t, s, g).Allowed)
@@ -89,7 +90,7 @@ func TestGCRAThroughStore(t *testing.T) {
 }
 
 func TestSlidingLogRefundAndEviction(t *testing.T) {
-	clk := &clock{t: midnight}
+	clk := fakeclock.New(midnight)
 	s := New(clk.Now)
 	g := algorithm.Group{{Key: "rl:{l}:otp", Spec: at(algorithm.SlidingWindowLog, 3, time.Minute), Cost: 3}}
 	require.True(t, take(t, s, g).Allowed)

@@ -11,19 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/algorithm"
+	"github.com/allot-dev/allot/internal/fakeclock"
 )
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 var spec = algorithm.Spec{Algorithm: algorithm.TokenBucket, Limit: 100, Period: time.Second, Burst: 50}
 
@@ -37,7 +26,7 @@ func take(t *testing.T, s *Store, g algorithm.Group) algorithm.Result {
 // With a manual clock the bucket admits exactly burst + rate*elapsed,
 // however many goroutines race for it.
 func TestExactUnderConcurrency(t *testing.T) {
-	clk := &clock{t: time.Unix(1_700_000_000, 0)}
+	clk := fakeclock.New(time.Unix(1_700_000_000, 0))
 	s := New(clk.Now)
 	g := algorithm.Group{{Key: "rl:{k}:p:l", Spec: spec, Cost: 1}}
 	var admitted atomic.Int64
@@ -79,7 +68,7 @@ func TestGroupIsAllOrNothing(t *testing.T) {
 }
 
 func TestRefundAndIdleEviction(t *testing.T) {
-	clk := &clock{t: time.Unix(1_700_000_000, 0)}
+	clk := fakeclock.New(time.Unix(1_700_000_000, 0))
 	s := New(clk.Now)
 	g := algorithm.Group{{Key: "rl:{t}:p:sec", Spec: spec, Cost: 10}}
 	require.Equal(t, int64(40), take(t, s, g).Items[0].Remaining)
