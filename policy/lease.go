@@ -90,7 +90,8 @@ func appendIP(dst []byte, a netip.Addr) []byte {
 	return appendEscapedBytes(dst, a.Unmap().AppendTo(buf[:0]))
 }
 
-// appendEscaped is escape's allocation-free twin: %XX for { } % , =.
+// appendEscaped percent-encodes the bytes that would break a key or its
+// hash tag ({ } % , =), without allocating.
 func appendEscaped(dst []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		dst = appendByte(dst, s[i])

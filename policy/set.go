@@ -1,10 +1,8 @@
 package policy
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/allot-dev/allot/algorithm"
@@ -224,19 +222,8 @@ func (p *Compiled) matches(r *Request, tier string) bool {
 // values. Requests with equal subjects share counters. Values are escaped
 // so the subject is safe inside a Redis hash tag.
 func (p *Compiled) Subject(r *Request, tier string) string {
-	if len(p.Per) == 0 {
-		return "*"
-	}
-	var b strings.Builder
-	for i, f := range p.Per {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(string(f))
-		b.WriteByte('=')
-		escape(&b, fieldValue(f, r, tier))
-	}
-	return b.String()
+	var buf [128]byte
+	return string(p.AppendSubject(buf[:0], r, tier))
 }
 
 // Key is the Redis key of limit l for subject: rl:{<subject>}:<policy>:<limit>.
@@ -263,16 +250,4 @@ func fieldValue(f Field, r *Request, tier string) string {
 		}
 	}
 	return ""
-}
-
-// escape percent-encodes the bytes that would break a key or its hash tag.
-func escape(b *strings.Builder, s string) {
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '{', '}', '%', ',', '=':
-			fmt.Fprintf(b, "%%%02X", c)
-		default:
-			b.WriteByte(c)
-		}
-	}
 }
