@@ -21,28 +21,47 @@ func hotKeys(n int) []entry {
 	return es
 }
 
+// quotaKeys builds n quota entries: a per-tenant global daily quota,
+// rl:{tenant=t-000042}:api-daily:req, counted in today's window.
+func quotaKeys(n int) []entry {
+	es := make([]entry, n)
+	day := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC).UnixNano() / int64(24*time.Hour)
+	for i := range es {
+		es[i] = entry{key: fmt.Sprintf("rl:{tenant=t-%06d}:api-daily:req", i), window: day, used: uint64(1000 + i%50_000)}
+	}
+	return es
+}
+
 var benchLimits = StaticLimits{"api-global:rps": {Rate: 3000, Burst: 3000}}
 
 // BenchmarkReport measures one region's report per interval: its encoded
 // size (B/report), chunks under a 1 MiB NATS max payload, and the time to
 // encode it.
 func BenchmarkReport(b *testing.B) {
-	for _, n := range []int{1_000, 100_000} {
-		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
-			es := hotKeys(n)
-			var bytes, chunks int
-			for b.Loop() {
-				msgs := encodeReport("eu-west-1", 179599367, 10000, es, 1<<20)
-				bytes, chunks = 0, len(msgs)
-				for _, m := range msgs {
-					bytes += proto.Size(m)
-				}
-			}
-			b.ReportMetric(float64(bytes), "B/report")
-			b.ReportMetric(float64(bytes)/float64(n), "B/key")
-			b.ReportMetric(float64(chunks), "chunks")
-		})
+	for _, c := range []struct {
+		kind string
+		gen  func(int) []entry
+	}{{"rate", hotKeys}, {"quota", quotaKeys}} {
+		for _, n := range []int{1_000, 100_000} {
+			benchReport(b, c.kind, n, c.gen(n))
+		}
 	}
+}
+
+func benchReport(b *testing.B, kind string, n int, es []entry) {
+	b.Run(fmt.Sprintf("%s/keys=%d", kind, n), func(b *testing.B) {
+		var bytes, chunks int
+		for b.Loop() {
+			msgs := encodeReport("eu-west-1", 179599367, 10000, es, 1<<20)
+			bytes, chunks = 0, len(msgs)
+			for _, m := range msgs {
+				bytes += proto.Size(m)
+			}
+		}
+		b.ReportMetric(float64(bytes), "B/report")
+		b.ReportMetric(float64(bytes)/float64(n), "B/key")
+		b.ReportMetric(float64(chunks), "chunks")
+	})
 }
 
 // BenchmarkEpochCPU measures the coordinator's own CPU per interval for n

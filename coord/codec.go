@@ -17,6 +17,9 @@ type entry struct {
 	rate   float32
 	weight float32
 	share  rebalance.Share // 0: the default
+	// window (> 0) and used carry a global quota's count instead.
+	window int64
+	used   uint64
 }
 
 // chunkOverhead is room left in every chunk for the message around the
@@ -34,7 +37,7 @@ func encodeReport(region string, epoch, intervalMS int64, entries []entry, maxBy
 	size, prev := 0, ""
 	for _, e := range entries {
 		p := commonPrefix(prev, e.key)
-		pe := &coordv1.Entry{Prefix: uint32(p), Suffix: e.key[p:], Rate: e.rate, Weight: e.weight, Share: uint32(e.share)}
+		pe := &coordv1.Entry{Prefix: uint32(p), Suffix: e.key[p:], Rate: e.rate, Weight: e.weight, Share: uint32(e.share), Window: e.window, Used: e.used}
 		n := proto.Size(pe)
 		n += protowire.SizeTag(3) + protowire.SizeVarint(uint64(n))
 		if len(cur) > 0 && size+n > budget {
@@ -68,7 +71,7 @@ func decodeEntries(es []*coordv1.Entry, dst []entry) []entry {
 			p = len(prev) // corrupt: keep what we can rather than panic
 		}
 		key := prev[:p] + e.GetSuffix()
-		dst = append(dst, entry{key: key, rate: e.GetRate(), weight: e.GetWeight(), share: rebalance.Share(e.GetShare())})
+		dst = append(dst, entry{key: key, rate: e.GetRate(), weight: e.GetWeight(), share: rebalance.Share(e.GetShare()), window: e.GetWindow(), used: e.GetUsed()})
 		prev = key
 	}
 	return dst

@@ -47,6 +47,11 @@ type Config struct {
 	Demand    DemandSource
 	Writer    ShareWriter
 	Limits    Limits
+	// Quotas and QuotaStore enable the exchange of global quota counts;
+	// nil takes Limits and Writer when they implement them (PolicyLimits
+	// and RedisWriter do), else quotas are not exchanged.
+	Quotas     Quotas
+	QuotaStore QuotaStore
 	// Lock is optional: nil makes this coordinator always active.
 	Lock Locker
 	// Knobs are the initial runtime settings; zero means DefaultKnobs.
@@ -84,6 +89,8 @@ type Stats struct {
 	// reported; Written how many shares were written to Redis (changes
 	// and refreshes of shares that are not the default).
 	Keys, Reported, Written int
+	// Quotas is how many global quota counts this region reported.
+	Quotas int
 	// ReportBytes and Chunks measure this region's report.
 	ReportBytes, Chunks int
 	// Compute is the time spent encoding, decoding and planning (the
@@ -113,6 +120,7 @@ type Coordinator struct {
 	last      map[string]map[string]rebalance.Share // region -> key -> its last heard share
 	lastDrain time.Time
 	rounds    map[roundID]*round
+	quota     quotas
 }
 
 type roundID struct{ epoch, intervalMS int64 }
@@ -153,6 +161,12 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("coord: %w", err)
 	}
 	cfg.Regions = slices.Compact(slices.Sorted(slices.Values(cfg.Regions)))
+	if q, ok := cfg.Limits.(Quotas); ok && cfg.Quotas == nil {
+		cfg.Quotas = q
+	}
+	if qs, ok := cfg.Writer.(QuotaStore); ok && cfg.QuotaStore == nil {
+		cfg.QuotaStore = qs
+	}
 	c := &Coordinator{
 		cfg:    cfg,
 		log:    cfg.Logger,
@@ -161,6 +175,7 @@ func New(cfg Config) (*Coordinator, error) {
 		weight: map[string]float64{},
 		last:   map[string]map[string]rebalance.Share{},
 		rounds: map[roundID]*round{},
+		quota:  newQuotas(),
 	}
 	if c.log == nil {
 		c.log = slog.Default()
@@ -325,9 +340,11 @@ func (c *Coordinator) epoch(ctx context.Context, e int64, k Knobs, start time.Ti
 	t0 := time.Now()
 	began := t0
 
-	// Report.
+	// Report: rates to share, and quota counts.
 	mine := c.report(rates, k)
-	msgs := encodeReport(c.cfg.Region, id.epoch, id.intervalMS, mine, c.cfg.Transport.MaxPayload())
+	quotaEntries := c.quotaReport(ctx, start, k)
+	st.Quotas = len(quotaEntries)
+	msgs := encodeReport(c.cfg.Region, id.epoch, id.intervalMS, append(slices.Clip(mine), quotaEntries...), c.cfg.Transport.MaxPayload())
 	for _, m := range msgs {
 		st.ReportBytes += protoSize(m)
 		if err := c.cfg.Transport.Publish(ctx, m); err != nil {
@@ -344,6 +361,13 @@ func (c *Coordinator) epoch(ctx context.Context, e int64, k Knobs, start time.Ti
 	t0 = time.Now()
 	heard := c.heard(r)
 	plans := c.plan(r, mine, heard, k)
+	// Quota counts need no two phases: they only ever raise what a
+	// region counts against its limit.
+	c.fileQuotas(r, heard)
+	remote := c.quotaUpdates(start)
+	st.Compute += time.Since(t0)
+	c.writeQuotas(ctx, remote)
+	t0 = time.Now()
 	st.Heard, st.Keys = len(heard), len(plans)
 	shrinks := c.updates(plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Shrunk[kp.Self] }, k, true)
 	st.Compute += time.Since(t0)
@@ -401,6 +425,7 @@ func (c *Coordinator) elect(ctx context.Context) bool {
 		c.active = false
 		clear(c.own)
 		clear(c.weight)
+		c.quota.reset()
 	}
 	return held
 }
@@ -443,6 +468,7 @@ func (c *Coordinator) drain(now time.Time) map[string]float64 {
 	c.cfg.Demand.Drain(func(key string, admitted, denied int64) {
 		rates[key] += float64(max(0, admitted) + max(0, denied))
 	})
+	c.noteDemand(slices.Collect(maps.Keys(rates)), now)
 	if secs <= 0 {
 		secs = 1e-3
 	}

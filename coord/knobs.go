@@ -28,6 +28,11 @@ type Knobs struct {
 	// HeavyHitter is the fraction of a key's fair rate (L/n) above which
 	// its demand travels in reports; other keys keep the default share.
 	HeavyHitter float64
+	// QuotaThreshold is the fraction of a global quota's fair part (L/n)
+	// a region must have counted in the window before the count travels;
+	// smaller counts are known only in their region (the overshoot bound
+	// of docs/multi-region.md, "Global quotas", includes them).
+	QuotaThreshold float64
 	// Floor is the share every region keeps, as a fraction of L/n.
 	Floor float64
 	// Headroom is the margin over its measured demand a region is given
@@ -45,7 +50,8 @@ type Knobs struct {
 }
 
 // DefaultKnobs are the defaults: a 10 s interval, 25% of it per phase,
-// heavy hitters above 10% of their fair rate, a floor of 10% of the fair
+// heavy hitters above 10% of their fair rate, quota counts travelling
+// from 1% of their fair part, a floor of 10% of the fair
 // share (so a region whose key does not travel keeps what it may be
 // using), 10% headroom over measured demand, smoothing 0.5, decay 0.25
 // per epoch, shares kept 1 h.
@@ -54,11 +60,13 @@ func DefaultKnobs() Knobs {
 		Interval:    10 * time.Second,
 		Gather:      0.25,
 		HeavyHitter: 0.1,
-		Floor:       0.1,
-		Headroom:    0.1,
-		Smoothing:   0.5,
-		Decay:       0.25,
-		ShareTTL:    time.Hour,
+		// 1% of L/n: n-1 regions' untravelled counts stay under 1% of L.
+		QuotaThreshold: 0.01,
+		Floor:          0.1,
+		Headroom:       0.1,
+		Smoothing:      0.5,
+		Decay:          0.25,
+		ShareTTL:       time.Hour,
 	}
 }
 
@@ -74,7 +82,7 @@ func (k Knobs) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    float64
-	}{{"heavy-hitter", k.HeavyHitter}, {"floor", k.Floor}, {"smoothing", k.Smoothing}, {"decay", k.Decay}} {
+	}{{"heavy-hitter", k.HeavyHitter}, {"quota-threshold", k.QuotaThreshold}, {"floor", k.Floor}, {"smoothing", k.Smoothing}, {"decay", k.Decay}} {
 		if !(f.v >= 0 && f.v <= 1) {
 			errs = append(errs, fmt.Errorf("%s %v: want [0, 1]", f.name, f.v))
 		}
@@ -108,7 +116,7 @@ func (k Knobs) With(r *policy.RebalanceKnobs) Knobs {
 	for _, f := range [...]struct {
 		dst *float64
 		src *float64
-	}{{&k.Gather, r.Gather}, {&k.HeavyHitter, r.HeavyHitter}, {&k.Floor, r.Floor}, {&k.Headroom, r.Headroom}, {&k.Smoothing, r.Smoothing}, {&k.Decay, r.Decay}} {
+	}{{&k.Gather, r.Gather}, {&k.HeavyHitter, r.HeavyHitter}, {&k.QuotaThreshold, r.QuotaThreshold}, {&k.Floor, r.Floor}, {&k.Headroom, r.Headroom}, {&k.Smoothing, r.Smoothing}, {&k.Decay, r.Decay}} {
 		if f.src != nil {
 			*f.dst = *f.src
 		}

@@ -21,10 +21,26 @@ type Limits interface {
 	Global(key string) (Limit, bool)
 }
 
-// PolicyLimits serves Limits from a policy file; Update swaps the file
-// atomically (wire it to the policy store's watcher).
+// Quota is a global fixed-window quota: Limit tokens per Window, counted
+// by each region and exchanged (not shared: see docs/multi-region.md,
+// "Global quotas").
+type Quota struct {
+	Limit  int64
+	Window time.Duration
+}
+
+// Quotas maps a bucket key to its policy's global quota.
+type Quotas interface {
+	// Quota returns the global quota of key, or false when the key is not
+	// a global-scope fixed-window limit.
+	Quota(key string) (Quota, bool)
+}
+
+// PolicyLimits serves Limits and Quotas from a policy file; Update swaps
+// the file atomically (wire it to the policy store's watcher).
 type PolicyLimits struct {
-	byName atomic.Pointer[map[string]Limit] // "<policy>:<limit>" -> limit
+	byName  atomic.Pointer[map[string]Limit] // "<policy>:<limit>" -> limit
+	quotaBy atomic.Pointer[map[string]Quota]
 }
 
 // NewPolicyLimits returns Limits for f (nil: none).
@@ -36,18 +52,25 @@ func NewPolicyLimits(f *policy.File) *PolicyLimits {
 
 // Update replaces the policies.
 func (l *PolicyLimits) Update(f *policy.File) {
-	m := map[string]Limit{}
+	m, q := map[string]Limit{}, map[string]Quota{}
 	if f != nil {
 		for _, p := range f.Policies {
 			if p.Scope != policy.ScopeGlobal {
 				continue
 			}
 			for _, lim := range p.Limits {
-				if lim.Algorithm != "" && lim.Algorithm != "token_bucket" && lim.Algorithm != "gcra" {
-					continue // windows are counted, not shared (see docs/multi-region.md)
-				}
 				period := time.Duration(lim.Period).Seconds()
 				if period <= 0 || lim.Limit <= 0 {
+					continue
+				}
+				switch lim.Algorithm {
+				case "", "token_bucket":
+				case "fixed_window":
+					q[p.ID+":"+lim.Name] = Quota{Limit: lim.Limit, Window: time.Duration(lim.Period)}
+					continue
+				default:
+					// Only token buckets read a share and only fixed windows
+					// read remote counts; the other algorithms enforce L/n.
 					continue
 				}
 				burst := lim.Burst
@@ -59,18 +82,53 @@ func (l *PolicyLimits) Update(f *policy.File) {
 		}
 	}
 	l.byName.Store(&m)
+	l.quotaBy.Store(&q)
 }
 
 // Global implements Limits. Keys are rl:{<subject>}:<policy>:<limit>; the
 // subject is escaped, so the last "}:" ends it, and policy ids and limit
 // names contain no ':'.
 func (l *PolicyLimits) Global(key string) (Limit, bool) {
-	i := strings.LastIndex(key, "}:")
-	if !strings.HasPrefix(key, "rl:{") || i < 0 {
+	name, ok := limitName(key)
+	if !ok {
 		return Limit{}, false
 	}
-	lim, ok := (*l.byName.Load())[key[i+2:]]
+	lim, ok := (*l.byName.Load())[name]
 	return lim, ok
+}
+
+// Quota implements Quotas.
+func (l *PolicyLimits) Quota(key string) (Quota, bool) {
+	name, ok := limitName(key)
+	if !ok {
+		return Quota{}, false
+	}
+	q, ok := (*l.quotaBy.Load())[name]
+	return q, ok
+}
+
+// limitName returns the "<policy>:<limit>" of a bucket key
+// rl:{<subject>}:<policy>:<limit>.
+func limitName(key string) (string, bool) {
+	i := strings.LastIndex(key, "}:")
+	if !strings.HasPrefix(key, "rl:{") || i < 0 {
+		return "", false
+	}
+	return key[i+2:], true
+}
+
+// StaticQuotas is a fixed Quotas for tests and tools: a map from
+// "<policy>:<limit>" to the quota.
+type StaticQuotas map[string]Quota
+
+// Quota implements Quotas.
+func (s StaticQuotas) Quota(key string) (Quota, bool) {
+	i := strings.LastIndex(key, "}:")
+	if i < 0 {
+		return Quota{}, false
+	}
+	q, ok := s[key[i+2:]]
+	return q, ok
 }
 
 // StaticLimits is a fixed Limits for tests and tools: a map from

@@ -79,6 +79,7 @@ type Decider struct {
 	timeout  time.Duration
 	warned   atomic.Int64 // unix ns of the last store-failure warning
 	regions  int          // n: a scope: global limit enforces L/n here unless a coordinator share says otherwise
+	demand   demand       // exact-path global keys' demand, for DrainDemand
 }
 
 // New returns a Decider over store, enforcing set.
@@ -96,10 +97,13 @@ func New(store Store, set *policy.Set, log *slog.Logger) *Decider {
 func (d *Decider) SetPolicies(s *policy.Set) { d.policies.Store(s) }
 
 // SetRegions tells the decider that n regions share every `scope: global`
-// limit. Each region then enforces the default share L/n
-// (algorithm.Spec.Share): on the leased path as the lease script's numbers
-// when no coordinator has written a share into the bucket, on the exact
-// path always (exact global limits are not rebalanced). n <= 1 enforces
+// limit. A global rate limit then enforces the default share L/n
+// (algorithm.Spec.Share) as the scripts' numbers, which a coordinator's
+// share written into the bucket overrides (token buckets, leased or
+// exact); a global quota (fixed window) enforces the whole L against its
+// region's count plus the other regions' counts the coordinator writes
+// (docs/multi-region.md, "Global quotas"). The exact path then also
+// counts the demand of its global keys for DrainDemand. n <= 1 enforces
 // L. Call it before serving.
 func (d *Decider) SetRegions(n int) {
 	d.regions = n
@@ -108,7 +112,7 @@ func (d *Decider) SetRegions(n int) {
 
 // regionalSpec is the spec this region enforces for limit l of pol.
 func regionalSpec(pol *policy.Compiled, l *policy.CompiledLimit, regions int) algorithm.Spec {
-	if pol.Global && regions > 1 {
+	if pol.Global && regions > 1 && l.Spec.Algorithm != algorithm.FixedWindow {
 		return l.Spec.Share(regions)
 	}
 	return l.Spec
@@ -215,6 +219,9 @@ func (d *Decider) Check(ctx context.Context, r *policy.Request) (Decision, error
 		return d.degraded(ctx, sctx, r, tier, cost, &p, results, takes, failed, cause)
 	}
 	dec := p.decide(results, cost, takes)
+	if d.regions > 1 {
+		d.demand.record(&p, dec.Outcome == Throttled, cost)
+	}
 	if dec.Outcome == Throttled {
 		d.refund(sctx, &p, results)
 		d.giveBack(takes)

@@ -264,3 +264,37 @@ policies:
 	dec := check(t, d, decide.Input{Client: "c"})
 	assert.Equal(t, int64(30), dec.Limit, "a regional limit is not divided")
 }
+
+// A global quota (fixed window) is enforced whole in each region: the
+// coordinator's exchange of counts, not a division, keeps the regions
+// within it (docs/multi-region.md, "Global quotas"). Its demand, like
+// every exact global key's, is counted for the coordinator.
+func TestGlobalQuotaIsWholeAndDemandIsCounted(t *testing.T) {
+	set, err := policy.Load("t", []byte(`
+policies:
+  - {id: rate, scope: global, match: {tenant: t}, per: [tenant], limits: [{name: s, algorithm: token_bucket, limit: 30, period: 1h}]}
+  - {id: quota, scope: global, match: {tenant: q}, per: [client], limits: [{name: d, algorithm: fixed_window, limit: 30, period: 24h}]}
+  - {id: regional, per: [ip], limits: [{name: s, algorithm: token_bucket, limit: 30, period: 1h}]}
+`))
+	require.NoError(t, err)
+	d := decide.New(memstore.New(nil), set, nil)
+	d.SetRegions(3)
+	allowed := 0
+	for range 40 {
+		if check(t, d, decide.Input{Tenant: "q", Client: "c"}).Outcome == decide.Allowed {
+			allowed++
+		}
+	}
+	assert.Equal(t, 30, allowed, "a global quota of 30 is not divided by the regions")
+	for range 12 {
+		check(t, d, decide.Input{Tenant: "t", IP: "10.0.0.1"})
+	}
+
+	got := map[string][2]int64{}
+	d.DrainDemand(func(key string, admitted, denied int64) { got[key] = [2]int64{admitted, denied} })
+	assert.Equal(t, map[string][2]int64{
+		"rl:{client=c}:quota:d": {30, 10},
+		"rl:{tenant=t}:rate:s":  {10, 2},
+	}, got, "global keys only, admitted and denied tokens")
+	d.DrainDemand(func(key string, _, _ int64) { t.Errorf("drained twice: %s", key) })
+}

@@ -125,10 +125,16 @@ algos.tb = {
     local whole = math.floor(p.period_ms / 1000)
     local secs = whole + ((p.period_ms - whole * 1000) * 1000000) / 1e9
     p.rate = p.limit / secs
-    local h, stale = read('HMGET', key, 'tokens', 'ts')
+    local h, stale = read('HMGET', key, 'tokens', 'ts', 'rate', 'burst')
     local tokens, ts
     if h then
       tokens, ts = tonumber(h[1]), tonumber(h[2])
+      -- A global limit's share, written by the region's coordinator
+      -- (share.lua), overrides the numbers in ARGV, as in lease.lua.
+      local r, b = tonumber(h[3]), tonumber(h[4])
+      if r and r > 0 and b and b > 0 then
+        p.rate, p.burst, p.shared = r, b, true
+      end
     end
     if tokens == nil or ts == nil then
       tokens, ts = p.burst, now -- a missing bucket is full
@@ -151,7 +157,12 @@ algos.tb = {
     -- Numbers passed to redis.call are formatted with 17 significant
     -- digits, so the stored float round-trips exactly.
     redis.call('HSET', key, 'tokens', st.tokens - p.cost, 'ts', st.ts)
-    redis.call('PEXPIRE', key, math.ceil(p.burst / p.rate * 1000) + 1000)
+    local ttl = math.ceil(p.burst / p.rate * 1000) + 1000
+    -- A shared bucket's TTL is the coordinator's (share TTL): only extend
+    -- it, or an idle key would drop its share.
+    if not p.shared or redis.call('PTTL', key) < ttl then
+      redis.call('PEXPIRE', key, ttl)
+    end
   end,
   report = function(p, st, taken)
     local retry = 0
@@ -345,18 +356,24 @@ algos.swc = {
 algos.fw = {
   check = function(key, p)
     local w = p.window
-    local h, stale = read('HMGET', key, 'fw_win', 'fw_n')
-    local win, n
+    local h, stale = read('HMGET', key, 'fw_win', 'fw_n', 'fw_rwin', 'fw_remote')
+    local win, n, rwin, remote
     if h then
-      win, n = tonumber(h[1]), tonumber(h[2])
+      win, n, rwin, remote = tonumber(h[1]), tonumber(h[2]), tonumber(h[3]), tonumber(h[4])
     end
     local valid = win ~= nil and n ~= nil
     local idx = window_at(w, valid and win or nil)
     if not valid or win ~= idx then
       n = 0
     end
-    local st = { idx = idx, n = n, to_end = (idx + 1) * w - now, stale = stale }
-    return p.cost <= p.limit and n + p.cost <= p.limit, st
+    -- A global quota: the other regions' counts of this same window, as
+    -- the coordinator last heard them (quota.lua). They count against
+    -- the limit but are never written back by this script.
+    if rwin ~= idx or remote == nil or remote < 0 then
+      remote = 0
+    end
+    local st = { idx = idx, n = n, remote = remote, to_end = (idx + 1) * w - now, stale = stale }
+    return p.cost <= p.limit and n + remote + p.cost <= p.limit, st
   end,
   commit = function(key, p, st)
     if st.stale then
@@ -372,10 +389,10 @@ algos.fw = {
     elseif not st.ok then
       retry = st.to_end
     end
-    local n, left = st.n, math.max(p.limit - st.n, 0)
+    local n, left = st.n, math.max(p.limit - st.n - st.remote, 0)
     if taken then
       n = n + p.cost
-      left = p.limit - n
+      left = math.max(p.limit - n - st.remote, 0)
     end
     local reset = 0
     if n > 0 then

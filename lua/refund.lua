@@ -88,8 +88,8 @@ algos.tb = function(key, p)
   -- Same rate and TTL maths as check.lua (see there).
   local whole = math.floor(p.period_ms / 1000)
   local secs = whole + ((p.period_ms - whole * 1000) * 1000000) / 1e9
-  local rate = p.limit / secs
-  local h = read('HMGET', key, 'tokens', 'ts')
+  local rate, burst = p.limit / secs, p.burst
+  local h = read('HMGET', key, 'tokens', 'ts', 'rate', 'burst')
   if h == nil then
     return 0
   end
@@ -97,17 +97,26 @@ algos.tb = function(key, p)
   if tokens == nil or ts == nil then
     return 0
   end
+  -- A coordinator's share overrides ARGV (see check.lua).
+  local r, b = tonumber(h[3]), tonumber(h[4])
+  local shared = r and r > 0 and b and b > 0
+  if shared then
+    rate, burst = r, b
+  end
   local elapsed = now - ts
   if elapsed < 0 then
     elapsed = 0
   end
-  tokens = math.min(p.burst, tokens + elapsed * rate / 1e6)
+  tokens = math.min(burst, tokens + elapsed * rate / 1e6)
   if now > ts then
     ts = now
   end
-  tokens = math.min(p.burst, tokens + p.cost)
+  tokens = math.min(burst, tokens + p.cost)
   redis.call('HSET', key, 'tokens', tokens, 'ts', ts)
-  redis.call('PEXPIRE', key, math.ceil(p.burst / rate * 1000) + 1000)
+  local ttl = math.ceil(burst / rate * 1000) + 1000
+  if not shared or redis.call('PTTL', key) < ttl then
+    redis.call('PEXPIRE', key, ttl)
+  end
   return 1
 end
 

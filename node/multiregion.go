@@ -69,7 +69,15 @@ func (n *Node) startMultiRegion() error {
 	if name == "" {
 		name = n.cfg.GRPCAddr
 	}
-	pub := &coord.Publisher{NC: nc, Region: mr.Region, Node: name, Drain: n.leases.DrainDemand, Period: mr.DemandPeriod, Log: n.log}
+	// Leased and exact global keys both feed the coordinator: rates for
+	// shares, fixed windows for the quota exchange.
+	drain := func(fn func(key string, admitted, denied int64)) {
+		if n.leases != nil {
+			n.leases.DrainDemand(fn)
+		}
+		n.decider.DrainDemand(fn)
+	}
+	pub := &coord.Publisher{NC: nc, Region: mr.Region, Node: name, Drain: drain, Period: mr.DemandPeriod, Log: n.log}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

@@ -21,8 +21,8 @@ import (
 )
 
 // A node in one of three regions enforces L/3 of a global limit until a
-// coordinator writes a share, and publishes the key's demand (admitted and
-// denied) on NATS for its coordinator.
+// coordinator writes a share, and publishes its global keys' demand
+// (admitted and denied, leased and exact) on NATS for its coordinator.
 func TestMultiRegionNodeSharesAndPublishesDemand(t *testing.T) {
 	srv := redistest.Server(t)
 	natsURL := natstest.Server(t)
@@ -35,6 +35,11 @@ policies:
     per: [tenant]
     limits:
       - {name: per_hour, algorithm: token_bucket, limit: 30, period: 1h}
+  - id: daily
+    scope: global
+    per: [tenant]
+    limits:
+      - {name: per_day, algorithm: fixed_window, limit: 1000, period: 24h}
 `), 0o600))
 	nc, err := nats.Connect(natsURL)
 	require.NoError(t, err)
@@ -65,18 +70,24 @@ policies:
 	}
 	assert.Equal(t, 10, allowed, "a bucket with no coordinator share enforces L/n")
 
-	var admitted, denied int64
+	var admitted, denied, quota int64
 	require.Eventually(t, func() bool {
 		demand.Drain(func(key string, a, d int64) {
-			if key == "rl:{tenant=acme}:global-api:per_hour" {
+			switch key {
+			case "rl:{tenant=acme}:global-api:per_hour":
 				admitted += a
 				denied += d
+			case "rl:{tenant=acme}:daily:per_day":
+				quota += a + d
 			}
 		})
-		return admitted+denied >= 15
+		return admitted+denied >= 15 && quota >= 10
 	}, 10*time.Second, 20*time.Millisecond)
 	assert.Equal(t, int64(10), admitted)
 	assert.Equal(t, int64(5), denied)
+	// The exact path's global quota is published too (the leased denials
+	// decided before the exact path ran, so only the 10 admitted count).
+	assert.Equal(t, int64(10), quota)
 }
 
 func TestMultiRegionFlagsAreChecked(t *testing.T) {

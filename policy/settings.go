@@ -15,6 +15,9 @@ type RebalanceKnobs struct {
 	Gather *float64 `yaml:"gather" json:"gather,omitempty"`
 	// HeavyHitter: demand above this fraction of a key's fair rate travels.
 	HeavyHitter *float64 `yaml:"heavy_hitter" json:"heavy_hitter,omitempty"`
+	// QuotaThreshold: a global quota's count travels once it reaches this
+	// fraction of the quota's fair part (L/n) in its window.
+	QuotaThreshold *float64 `yaml:"quota_threshold" json:"quota_threshold,omitempty"`
 	// Floor is the share every region keeps, as a fraction of L/n.
 	Floor *float64 `yaml:"floor" json:"floor,omitempty"`
 	// Headroom is the margin over measured demand given before spare is split.
@@ -82,7 +85,7 @@ func (v *validator) rebalance(r *RebalanceKnobs) {
 	for _, f := range [...]struct {
 		field string
 		val   *float64
-	}{{"rebalance.heavy_hitter", r.HeavyHitter}, {"rebalance.floor", r.Floor}, {"rebalance.decay", r.Decay}} {
+	}{{"rebalance.heavy_hitter", r.HeavyHitter}, {"rebalance.quota_threshold", r.QuotaThreshold}, {"rebalance.floor", r.Floor}, {"rebalance.decay", r.Decay}} {
 		if f.val != nil && !(*f.val >= 0 && *f.val <= 1) {
 			v.add("", f.field, "%v out of range [0, 1]", *f.val)
 		}

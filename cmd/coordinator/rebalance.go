@@ -48,6 +48,7 @@ func addRebalanceFlags(fs *flag.FlagSet) *rebalanceFlags {
 	fs.DurationVar(&f.knobs.Interval, "interval", d.Interval, "multi-region: rebalance interval (equal in every region)")
 	fs.Float64Var(&f.knobs.Gather, "gather", d.Gather, "multi-region: fraction of the interval each phase waits for the other regions")
 	fs.Float64Var(&f.knobs.HeavyHitter, "heavy-hitter", d.HeavyHitter, "multi-region: demand above this fraction of a key's fair rate travels in reports")
+	fs.Float64Var(&f.knobs.QuotaThreshold, "quota-threshold", d.QuotaThreshold, "multi-region: a global quota's count travels once it reaches this fraction of L/n in its window")
 	fs.Float64Var(&f.knobs.Floor, "floor", d.Floor, "multi-region: share every region keeps, as a fraction of L/n")
 	fs.Float64Var(&f.knobs.Headroom, "headroom", d.Headroom, "multi-region: margin over measured demand given before spare is split")
 	fs.Float64Var(&f.knobs.Smoothing, "smoothing", d.Smoothing, "multi-region: weight of the newest interval in the smoothed demand (1 = none)")

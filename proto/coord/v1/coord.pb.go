@@ -217,7 +217,13 @@ type Entry struct {
 	Weight float32 `protobuf:"fixed32,4,opt,name=weight" json:"weight,omitempty"`
 	// share is the region's share during the last epoch, in parts per
 	// billion of the global limit; 0 means the default (1/n).
-	Share         uint32 `protobuf:"varint,5,opt,name=share" json:"share,omitempty"`
+	Share uint32 `protobuf:"varint,5,opt,name=share" json:"share,omitempty"`
+	// window and used carry a global fixed-window quota instead of a rate:
+	// used is the tokens the region counted in the quota's window number
+	// window (floor(Redis time / the quota's period)). window 0 marks a
+	// rate entry.
+	Window        int64  `protobuf:"varint,6,opt,name=window" json:"window,omitempty"`
+	Used          uint64 `protobuf:"varint,7,opt,name=used" json:"used,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -283,6 +289,20 @@ func (x *Entry) GetWeight() float32 {
 func (x *Entry) GetShare() uint32 {
 	if x != nil {
 		return x.Share
+	}
+	return 0
+}
+
+func (x *Entry) GetWindow() int64 {
+	if x != nil {
+		return x.Window
+	}
+	return 0
+}
+
+func (x *Entry) GetUsed() uint64 {
+	if x != nil {
+		return x.Used
 	}
 	return 0
 }
@@ -480,13 +500,15 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"\vReportChunk\x12\x14\n" +
 	"\x05chunk\x18\x01 \x01(\rR\x05chunk\x12\x16\n" +
 	"\x06chunks\x18\x02 \x01(\rR\x06chunks\x12/\n" +
-	"\aentries\x18\x03 \x03(\v2\x15.allot.coord.v1.EntryR\aentries\"y\n" +
+	"\aentries\x18\x03 \x03(\v2\x15.allot.coord.v1.EntryR\aentries\"\xa5\x01\n" +
 	"\x05Entry\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\rR\x06prefix\x12\x16\n" +
 	"\x06suffix\x18\x02 \x01(\tR\x06suffix\x12\x12\n" +
 	"\x04rate\x18\x03 \x01(\x02R\x04rate\x12\x16\n" +
 	"\x06weight\x18\x04 \x01(\x02R\x06weight\x12\x14\n" +
-	"\x05share\x18\x05 \x01(\rR\x05share\"+\n" +
+	"\x05share\x18\x05 \x01(\rR\x05share\x12\x16\n" +
+	"\x06window\x18\x06 \x01(\x03R\x06window\x12\x12\n" +
+	"\x04used\x18\a \x01(\x04R\x04used\"+\n" +
 	"\x03Ack\x12\x14\n" +
 	"\x05heard\x18\x01 \x03(\tR\x05heard\x12\x0e\n" +
 	"\x02ok\x18\x02 \x01(\bR\x02ok\"S\n" +

@@ -1,0 +1,291 @@
+package coord
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Global quotas (fixed windows with scope: global, e.g. daily or monthly)
+// are not shared like rates: every region counts its own use in its own
+// bucket, reports that count, and writes the sum of the other regions'
+// counts into its bucket, where check.lua adds it to the local count. A
+// region therefore admits while local + remote + cost <= L. What the
+// others served since their last report is unknown to it: that lag is the
+// whole overshoot (docs/multi-region.md, "Global quotas").
+
+// QuotaStore is the region's Redis for global quotas.
+type QuotaStore interface {
+	// ReadCounts returns this region's count of each key, in the window
+	// the bucket holds; keys without a count are left out.
+	ReadCounts(ctx context.Context, keys []string) (map[string]QuotaCount, error)
+	// WriteRemote stores the other regions' summed counts in each bucket.
+	// A bucket keeps the larger of what it holds and what is written for
+	// the same window, so a late or reordered write never lowers it.
+	WriteRemote(ctx context.Context, us []RemoteCount) error
+}
+
+// QuotaCount is a count of tokens in window number Window
+// (floor(Redis time / the quota's period)).
+type QuotaCount struct {
+	Window int64
+	Used   uint64
+}
+
+// RemoteCount is the other regions' count of Key in Window.
+type RemoteCount struct {
+	Key    string
+	Window int64
+	Used   uint64
+	Period time.Duration
+}
+
+// quotas is the coordinator's quota state; it belongs to Run's goroutine.
+type quotas struct {
+	local   map[string]time.Time             // keys demanded here -> last demand
+	heard   map[string]map[string]QuotaCount // key -> region -> last count heard
+	written map[string]QuotaCount            // key -> remote sum in force here
+}
+
+func newQuotas() quotas {
+	return quotas{local: map[string]time.Time{}, heard: map[string]map[string]QuotaCount{}, written: map[string]QuotaCount{}}
+}
+
+// reset forgets everything (the lock was lost: the next active region
+// rebuilds it from the next reports, which carry whole counts).
+func (q *quotas) reset() {
+	clear(q.local)
+	clear(q.heard)
+	clear(q.written)
+}
+
+// noteDemand remembers the global quota keys this region's nodes used.
+func (c *Coordinator) noteDemand(keys []string, now time.Time) {
+	if c.cfg.Quotas == nil {
+		return
+	}
+	for _, key := range keys {
+		if _, ok := c.cfg.Quotas.Quota(key); ok {
+			c.quota.local[key] = now
+		}
+	}
+}
+
+// quotaReport reads this region's counts of its quota keys and returns the
+// entries that travel: counts of at least QuotaThreshold of L/n. Keys not
+// demanded for a whole window plus an interval are forgotten (their count
+// cannot matter any more).
+func (c *Coordinator) quotaReport(ctx context.Context, now time.Time, k Knobs) []entry {
+	if c.cfg.Quotas == nil || c.cfg.QuotaStore == nil || len(c.quota.local) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(c.quota.local))
+	for key, seen := range c.quota.local {
+		q, ok := c.cfg.Quotas.Quota(key)
+		if !ok || now.Sub(seen) > q.Window+k.Interval {
+			delete(c.quota.local, key)
+			continue
+		}
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	counts, err := c.cfg.QuotaStore.ReadCounts(ctx, keys)
+	if err != nil {
+		// Not reporting is safe for the others only in the sense of the
+		// lag bound: they keep the last count they heard.
+		c.log.Warn("coord: read quota counts", "keys", len(keys), "err", err)
+	}
+	n := float64(len(c.cfg.Regions))
+	var out []entry
+	for _, key := range keys {
+		qc, ok := counts[key]
+		q, _ := c.cfg.Quotas.Quota(key)
+		if !ok || qc.Used == 0 || float64(qc.Used) < k.QuotaThreshold*float64(q.Limit)/n {
+			continue
+		}
+		out = append(out, entry{key: key, window: qc.Window, used: qc.Used})
+	}
+	return out
+}
+
+// fileQuotas keeps the latest count of every heard region (a newer window
+// replaces an older one; within a window the larger count wins, counts
+// only grow) and drops keys whose policy is gone.
+func (c *Coordinator) fileQuotas(r *round, heard []string) {
+	if c.cfg.Quotas == nil {
+		return
+	}
+	for _, name := range heard {
+		a := r.reports[name]
+		if a == nil || name == c.cfg.Region {
+			continue
+		}
+		for _, e := range a.entries {
+			if e.window == 0 {
+				continue
+			}
+			if _, ok := c.cfg.Quotas.Quota(e.key); !ok {
+				continue
+			}
+			m := c.quota.heard[e.key]
+			if m == nil {
+				m = map[string]QuotaCount{}
+				c.quota.heard[e.key] = m
+			}
+			old := m[name]
+			if e.window > old.Window || (e.window == old.Window && e.used > old.Used) {
+				m[name] = QuotaCount{Window: e.window, Used: e.used}
+			}
+		}
+	}
+}
+
+// quotaUpdates sums, per key, the other regions' counts of the newest
+// window heard and lists the sums that raise what is in force. A region
+// not heard this epoch still counts with its last count: it may have
+// served more since, never less. Keys whose newest window ended more than
+// a window ago are forgotten.
+func (c *Coordinator) quotaUpdates(now time.Time) []RemoteCount {
+	if c.cfg.Quotas == nil {
+		return nil
+	}
+	var out []RemoteCount
+	for _, key := range slices.Sorted(maps.Keys(c.quota.heard)) {
+		q, ok := c.cfg.Quotas.Quota(key)
+		if !ok || q.Window <= 0 {
+			delete(c.quota.heard, key)
+			delete(c.quota.written, key)
+			continue
+		}
+		var sum QuotaCount
+		for _, qc := range c.quota.heard[key] {
+			switch {
+			case qc.Window > sum.Window:
+				sum = qc
+			case qc.Window == sum.Window:
+				sum.Used += qc.Used
+			}
+		}
+		if cur := now.UnixNano() / q.Window.Nanoseconds(); sum.Window < cur-1 {
+			delete(c.quota.heard, key)
+			delete(c.quota.written, key)
+			continue
+		}
+		w := c.quota.written[key]
+		if sum.Window < w.Window || (sum.Window == w.Window && sum.Used <= w.Used) {
+			continue
+		}
+		out = append(out, RemoteCount{Key: key, Window: sum.Window, Used: sum.Used, Period: q.Window})
+	}
+	return out
+}
+
+// writeQuotas applies us and records what is in force.
+func (c *Coordinator) writeQuotas(ctx context.Context, us []RemoteCount) {
+	if len(us) == 0 || c.cfg.QuotaStore == nil {
+		return
+	}
+	if err := c.cfg.QuotaStore.WriteRemote(ctx, us); err != nil {
+		c.log.Warn("coord: write quota counts", "n", len(us), "err", err)
+		return // retried next epoch: written is unchanged
+	}
+	for _, u := range us {
+		c.quota.written[u.Key] = QuotaCount{Window: u.Window, Used: u.Used}
+	}
+}
+
+//go:embed quota.lua
+var quotaSrc string
+
+var quotaScript = redis.NewScript(quotaSrc)
+
+// ReadCounts implements QuotaStore: one pipelined HMGET per key.
+func (w RedisWriter) ReadCounts(ctx context.Context, keys []string) (map[string]QuotaCount, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	pipe := w.Client.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.HMGet(ctx, k, "fw_win", "fw_n")
+	}
+	_, err := pipe.Exec(ctx)
+	out := make(map[string]QuotaCount, len(keys))
+	for i, c := range cmds {
+		v, cerr := c.Result()
+		if cerr != nil || len(v) != 2 {
+			continue // WRONGTYPE (the policy changed algorithm) or a failed shard
+		}
+		win, e1 := strconv.ParseInt(str(v[0]), 10, 64)
+		used, e2 := strconv.ParseUint(str(v[1]), 10, 64)
+		if e1 != nil || e2 != nil {
+			continue
+		}
+		out[keys[i]] = QuotaCount{Window: win, Used: used}
+	}
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return out, fmt.Errorf("coord: read quota counts: %w", err)
+	}
+	return out, nil
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+// WriteRemote implements QuotaStore: one pipelined round trip of
+// quota.lua calls, re-run with EVAL on NOSCRIPT (the script only raises
+// numbers, so running it twice is harmless).
+func (w RedisWriter) WriteRemote(ctx context.Context, us []RemoteCount) error {
+	if len(us) == 0 {
+		return nil
+	}
+	run := func(eval bool, todo []RemoteCount) ([]redis.Cmder, error) {
+		pipe := w.Client.Pipeline()
+		for _, u := range todo {
+			args := []any{u.Window, u.Used, u.Period.Milliseconds()}
+			if eval {
+				quotaScript.Eval(ctx, pipe, []string{u.Key}, args...)
+			} else {
+				quotaScript.EvalSha(ctx, pipe, []string{u.Key}, args...)
+			}
+		}
+		return pipe.Exec(ctx)
+	}
+	cmds, err := run(false, us)
+	if err == nil {
+		return nil
+	}
+	var retry []RemoteCount
+	var errs []error
+	for i, c := range cmds {
+		if e := c.Err(); e != nil {
+			if strings.HasPrefix(e.Error(), "NOSCRIPT") {
+				retry = append(retry, us[i])
+			} else {
+				errs = append(errs, fmt.Errorf("%s: %w", us[i].Key, e))
+			}
+		}
+	}
+	if len(cmds) == 0 {
+		errs = append(errs, err)
+	}
+	if len(retry) > 0 {
+		if _, err := run(true, retry); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("coord: write quota counts: %w", errors.Join(errs...))
+	}
+	return nil
+}

@@ -1,0 +1,56 @@
+package decide
+
+import "sync"
+
+// demand counts, per bucket key, the tokens the exact path admitted and
+// denied for global limits since the last drain: the coordinator's input
+// for shares (token buckets) and for which quota counts to exchange (fixed
+// windows). The leased path counts its own (lease.Manager.DrainDemand).
+type demand struct {
+	mu sync.Mutex
+	m  map[string]*[2]int64 // key -> admitted, denied
+}
+
+// record counts one decided check's global items.
+func (dm *demand) record(p *plan, denied bool, cost int64) {
+	i := 0
+	if denied {
+		i = 1
+	}
+	for gi, refs := range p.refs {
+		if p.shadow[gi] {
+			continue
+		}
+		for ii, ref := range refs {
+			if !ref.policy.Global {
+				continue
+			}
+			key := p.groups[gi][ii].Key
+			dm.mu.Lock()
+			if dm.m == nil {
+				dm.m = map[string]*[2]int64{}
+			}
+			c := dm.m[key]
+			if c == nil {
+				c = new([2]int64)
+				dm.m[key] = c
+			}
+			c[i] += cost
+			dm.mu.Unlock()
+		}
+	}
+}
+
+// DrainDemand calls fn for every global key the exact path decided since
+// the previous call, with the tokens admitted and denied, and forgets
+// them. It has the shape of lease.Manager.DrainDemand, so a node publishes
+// both to its coordinator.
+func (d *Decider) DrainDemand(fn func(key string, admitted, denied int64)) {
+	d.demand.mu.Lock()
+	m := d.demand.m
+	d.demand.m = nil
+	d.demand.mu.Unlock()
+	for key, c := range m {
+		fn(key, c[0], c[1])
+	}
+}
