@@ -16,9 +16,9 @@ func TestKnobsWithSettingsBlock(t *testing.T) {
 	assert.Equal(t, flags, flags.With(&policy.RebalanceKnobs{}), "absent knobs keep the flags")
 
 	zero, half := 0.0, 0.5
-	got := flags.With(&policy.RebalanceKnobs{Interval: policy.Duration(2 * time.Second), Decay: &half, Floor: &zero})
+	got := flags.With(&policy.RebalanceKnobs{Interval: policy.Duration(2 * time.Second), Decay: &half, Floor: &zero, QuotaThreshold: &half})
 	want := flags
-	want.Interval, want.Decay, want.Floor = 2*time.Second, 0.5, 0
+	want.Interval, want.Decay, want.Floor, want.QuotaThreshold = 2*time.Second, 0.5, 0, 0.5
 	assert.Equal(t, want, got)
 }
 
@@ -38,6 +38,8 @@ func TestSettingsRangesMatchKnobsValidate(t *testing.T) {
 		{policy.RebalanceKnobs{Gather: f(0)}, false},
 		{policy.RebalanceKnobs{HeavyHitter: f(0), Floor: f(1), Decay: f(0)}, true},
 		{policy.RebalanceKnobs{Decay: f(1.01)}, false},
+		{policy.RebalanceKnobs{QuotaThreshold: f(1)}, true},
+		{policy.RebalanceKnobs{QuotaThreshold: f(-0.01)}, false},
 		{policy.RebalanceKnobs{Headroom: f(10)}, true},
 		{policy.RebalanceKnobs{Headroom: f(10.5)}, false},
 		{policy.RebalanceKnobs{Smoothing: f(1)}, true},
