@@ -8,7 +8,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -243,49 +242,15 @@ func str(v any) string {
 }
 
 // WriteRemote implements QuotaStore: one pipelined round trip of
-// quota.lua calls, re-run with EVAL on NOSCRIPT (the script only raises
-// numbers, so running it twice is harmless).
+// quota.lua calls (the script only raises numbers, so a NOSCRIPT re-run
+// is harmless).
 func (w RedisWriter) WriteRemote(ctx context.Context, us []RemoteCount) error {
-	if len(us) == 0 {
-		return nil
-	}
-	run := func(eval bool, todo []RemoteCount) ([]redis.Cmder, error) {
-		pipe := w.Client.Pipeline()
-		for _, u := range todo {
-			args := []any{u.Window, u.Used, u.Period.Milliseconds()}
-			if eval {
-				quotaScript.Eval(ctx, pipe, []string{u.Key}, args...)
-			} else {
-				quotaScript.EvalSha(ctx, pipe, []string{u.Key}, args...)
-			}
-		}
-		return pipe.Exec(ctx)
-	}
-	cmds, err := run(false, us)
-	if err == nil {
-		return nil
-	}
-	var retry []RemoteCount
-	var errs []error
-	for i, c := range cmds {
-		if e := c.Err(); e != nil {
-			if strings.HasPrefix(e.Error(), "NOSCRIPT") {
-				retry = append(retry, us[i])
-			} else {
-				errs = append(errs, fmt.Errorf("%s: %w", us[i].Key, e))
-			}
-		}
-	}
-	if len(cmds) == 0 {
-		errs = append(errs, err)
-	}
-	if len(retry) > 0 {
-		if _, err := run(true, retry); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("coord: write quota counts: %w", errors.Join(errs...))
+	err := runPipelined(ctx, w.Client, quotaScript, len(us), func(i int) (string, []any) {
+		u := us[i]
+		return u.Key, []any{u.Window, u.Used, u.Period.Milliseconds()}
+	})
+	if err != nil {
+		return fmt.Errorf("coord: write quota counts: %w", err)
 	}
 	return nil
 }

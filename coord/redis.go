@@ -55,36 +55,56 @@ type RedisWriter struct {
 // numbers and refills to now), so a NOSCRIPT reply is simply re-run with
 // EVAL.
 func (w RedisWriter) WriteShares(ctx context.Context, us []ShareUpdate) error {
-	if len(us) == 0 {
+	err := runPipelined(ctx, w.Client, shareScript, len(us), func(i int) (string, []any) {
+		u := us[i]
+		return u.Key, []any{
+			ftoa(u.Share.Of(u.Global.Rate)), ftoa(u.Share.Of(u.Global.Burst)),
+			ftoa(u.Old.Rate), ftoa(u.Old.Burst), u.TTL.Milliseconds(),
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("coord: write shares: %w", err)
+	}
+	return nil
+}
+
+// runPipelined runs script once for each of n calls (call(i) gives its key
+// and arguments) in one pipelined round trip, with EVALSHA; calls answered
+// NOSCRIPT (a restarted or failed-over Redis) are re-run with EVAL. The
+// coordinator's scripts are idempotent, so a re-run is harmless.
+func runPipelined(ctx context.Context, c redis.UniversalClient, script *redis.Script, n int, call func(i int) (string, []any)) error {
+	if n == 0 {
 		return nil
 	}
-	run := func(eval bool, todo []ShareUpdate) ([]redis.Cmder, error) {
-		pipe := w.Client.Pipeline()
-		for _, u := range todo {
-			args := []any{
-				ftoa(u.Share.Of(u.Global.Rate)), ftoa(u.Share.Of(u.Global.Burst)),
-				ftoa(u.Old.Rate), ftoa(u.Old.Burst), u.TTL.Milliseconds(),
-			}
+	run := func(eval bool, todo []int) ([]redis.Cmder, error) {
+		pipe := c.Pipeline()
+		for _, i := range todo {
+			key, args := call(i)
 			if eval {
-				shareScript.Eval(ctx, pipe, []string{u.Key}, args...)
+				script.Eval(ctx, pipe, []string{key}, args...)
 			} else {
-				shareScript.EvalSha(ctx, pipe, []string{u.Key}, args...)
+				script.EvalSha(ctx, pipe, []string{key}, args...)
 			}
 		}
 		return pipe.Exec(ctx)
 	}
-	cmds, err := run(false, us)
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+	}
+	cmds, err := run(false, all)
 	if err == nil {
 		return nil
 	}
-	var retry []ShareUpdate
+	var retry []int
 	var errs []error
-	for i, c := range cmds {
-		if e := c.Err(); e != nil {
+	for i, cmd := range cmds {
+		if e := cmd.Err(); e != nil {
 			if strings.HasPrefix(e.Error(), "NOSCRIPT") {
-				retry = append(retry, us[i])
+				retry = append(retry, i)
 			} else {
-				errs = append(errs, fmt.Errorf("%s: %w", us[i].Key, e))
+				key, _ := call(i)
+				errs = append(errs, fmt.Errorf("%s: %w", key, e))
 			}
 		}
 	}
@@ -96,10 +116,7 @@ func (w RedisWriter) WriteShares(ctx context.Context, us []ShareUpdate) error {
 			errs = append(errs, err)
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("coord: write shares: %w", errors.Join(errs...))
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // ReadShares implements ShareWriter.
