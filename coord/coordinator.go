@@ -54,6 +54,11 @@ type Config struct {
 	QuotaStore QuotaStore
 	// Lock is optional: nil makes this coordinator always active.
 	Lock Locker
+	// LockRenew is how often the active coordinator renews Lock while it
+	// waits inside an epoch (it also renews at every epoch's start and
+	// before growing). It must be well under the lock's TTL, which may be
+	// shorter than an interval; zero means one second.
+	LockRenew time.Duration
 	// Knobs are the initial runtime settings; zero means DefaultKnobs.
 	Knobs  Knobs
 	Logger *slog.Logger
@@ -151,6 +156,9 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.Transport == nil || cfg.Demand == nil || cfg.Writer == nil || cfg.Limits == nil {
 		errs = append(errs, errors.New("transport, demand, writer and limits are required"))
 	}
+	if cfg.LockRenew <= 0 {
+		cfg.LockRenew = time.Second
+	}
 	if cfg.Knobs == (Knobs{}) {
 		cfg.Knobs = DefaultKnobs()
 	}
@@ -239,6 +247,14 @@ func (c *Coordinator) collect(ctx context.Context, deadline time.Time, done func
 	d := deadline.Sub(c.now())
 	t := time.NewTimer(max(d, 0))
 	defer t.Stop()
+	// The active coordinator keeps its lock alive while it waits: an
+	// interval may be longer than the lock's TTL.
+	var renew <-chan time.Time
+	if c.cfg.Lock != nil && c.active {
+		tk := time.NewTicker(c.cfg.LockRenew)
+		defer tk.Stop()
+		renew = tk.C
+	}
 	for {
 		if done != nil && done() {
 			return nil
@@ -248,6 +264,10 @@ func (c *Coordinator) collect(ctx context.Context, deadline time.Time, done func
 			return ctx.Err()
 		case <-t.C:
 			return nil
+		case <-renew:
+			if !c.elect(ctx) {
+				renew = nil // standby now: the next epoch's start polls again
+			}
 		case m, ok := <-c.cfg.Transport.Messages():
 			if !ok {
 				return errors.New("coord: transport closed")

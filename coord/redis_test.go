@@ -173,3 +173,41 @@ func TestStandbyTakesOver(t *testing.T) {
 		t.Fatal("the standby never ran an epoch")
 	}
 }
+
+// An active coordinator keeps its lock through an interval longer than the
+// lock's TTL: it renews while it waits, so the standby never acts.
+func TestActiveKeepsALockShorterThanTheInterval(t *testing.T) {
+	c := redisClient(t)
+	regions := []string{"a", "b"}
+	hub := NewHub()
+	led := newLedger(t, regions)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	k := testKnobs()
+	k.Interval = 600 * time.Millisecond
+	k.ShareTTL = 2 * k.Interval
+	start := func(region, id string) *Coordinator {
+		var lock Locker
+		if region == "a" {
+			lock = &RedisLock{Client: c, Key: "allot:coordinator:{a}", ID: id, TTL: 150 * time.Millisecond}
+		}
+		co, err := New(Config{Region: region, Regions: regions, Transport: hub.Join(region), Demand: newRateDemand(),
+			Writer: led.writer(region), Limits: testLimits, Lock: lock, LockRenew: 50 * time.Millisecond, Knobs: k,
+			Logger: testLogger(t).With("id", id)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { _ = co.Run(ctx) })
+		return co
+	}
+	start("b", "b")
+	active := start("a", "a-1")
+	eventually(t, 5*time.Second, "a-1 active", func() bool { return active.Stats().Rounds > 0 })
+	standby := start("a", "a-2")
+	before := active.Stats().Rounds
+	eventually(t, 10*time.Second, "three more epochs", func() bool { return active.Stats().Rounds >= before+3 })
+	if n := standby.Stats().Rounds; n != 0 {
+		t.Fatalf("the standby ran %d epochs as the active one while a-1 held the lock", n)
+	}
+}

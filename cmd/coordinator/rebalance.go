@@ -71,6 +71,9 @@ func (f *rebalanceFlags) start(ctx context.Context, st policystore.Store, log *s
 	if err := f.knobs.Validate(); err != nil {
 		return nil, fmt.Errorf("multi-region knobs: %w", err)
 	}
+	if *f.lockTTL < 300*time.Millisecond {
+		return nil, fmt.Errorf("--lock-ttl %v: want at least 300ms (it is renewed every third of it)", *f.lockTTL)
+	}
 	var closers []func()
 	closeAll := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -106,8 +109,10 @@ func (f *rebalanceFlags) start(ctx context.Context, st policystore.Store, log *s
 	c, err := coord.New(coord.Config{
 		Region: *f.region, Regions: regions, Transport: tr, Demand: dem,
 		Writer: coord.RedisWriter{Client: rs.Client()}, Limits: limits,
-		Lock:  &coord.RedisLock{Client: rs.Client(), Key: "allot:coordinator:{" + *f.region + "}", ID: instanceID(), TTL: *f.lockTTL},
-		Knobs: f.knobs, Logger: log, Observe: f.observe,
+		Lock: &coord.RedisLock{Client: rs.Client(), Key: "allot:coordinator:{" + *f.region + "}", ID: instanceID(), TTL: *f.lockTTL},
+		// Renewed three times per TTL, whatever the interval.
+		LockRenew: *f.lockTTL / 3,
+		Knobs:     f.knobs, Logger: log, Observe: f.observe,
 	})
 	if err != nil {
 		return nil, err
