@@ -4,6 +4,9 @@
 #
 #   docker build -t allot:dev .
 #
+# Needs BuildKit (the default builder since Docker 23; on older Docker set
+# DOCKER_BUILDKIT=1) for the cache mounts below.
+#
 # Build stage: static binaries (no cgo), module downloads cached in their
 # own layer so a source change does not refetch them.
 FROM golang:1.26 AS build
