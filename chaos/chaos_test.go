@@ -16,9 +16,18 @@ import (
 
 	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/internal/faultproxy"
+	"github.com/allot-dev/allot/internal/natstest"
 	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/loadgen"
+	"github.com/allot-dev/allot/policy"
 	"github.com/allot-dev/allot/sandbox"
+)
+
+// policies is the sandbox's policy file; hotPolicy is its global leased
+// policy, the one the load exercises.
+const (
+	policies  = "../examples/sandbox-policies.yaml"
+	hotPolicy = "api-key-global"
 )
 
 // The global policy of examples/sandbox-policies.yaml: L = 300/s, burst
@@ -40,21 +49,56 @@ const (
 	point   = 250 * time.Millisecond
 )
 
+// The policy's on_store_failure is local: while a region's Redis fails
+// or misses the decision deadline, its nodes decide from their local
+// fallback buckets of limit/N. Those admissions are outside the leasing
+// bound (ARCHITECTURE.md, Leasing, assumption 5) and have a bound of their
+// own (Local fallback): per region at most the region's burst plus its
+// rate over the time the fallback decides, b_r + r_r·T, with b_r and r_r
+// the L/n the fallback scales (N nodes' shares add up to it). The Redis
+// scenarios add that for us, from the fault to the end of the run: the
+// breaker may keep the fallback deciding for OpenFor (5 s) after the heal.
+const (
+	regionRate  = limitRate / 3
+	regionBurst = limitBurst / 3
+	fallbackFor = runFor - faultAt
+)
+
+// localSlack is what us's fallback may admit in a Redis scenario.
+var localSlack = regionBurst + regionRate*fallbackFor.Seconds()
+
 type world struct {
-	t       *testing.T
-	sb      *sandbox.Sandbox
-	proxies map[string][]*faultproxy.Proxy // region → shard proxies
+	t        *testing.T
+	sb       *sandbox.Sandbox
+	set      *policy.Set
+	proxies  map[string][]*faultproxy.Proxy  // region → shard proxies (node→Redis)
+	gateways map[[2]string]*faultproxy.Proxy // (dialing, dialed region) → gateway link
+	crashed  int                             // the coordinator crashCoordinator killed
 }
 
+// scenario is one fault. fault and heal run on the scenario's own
+// goroutine with the run's hot key; what fault returns is the row's note.
 type scenario struct {
-	name        string
-	fault, heal func(w *world, prefix string)
+	name  string
+	fault func(w *world, hot hotKey) string
+	heal  func(w *world, hot hotKey)
+	// local is what the scenario may admit beyond the leasing bound, by
+	// on_store_failure: local (localSlack) or a lost bucket.
+	local float64
+}
+
+// hotKey is where the run's hot key lives: its Redis bucket key, the
+// slot, and the us shard (index into Region.Redis) serving that slot.
+type hotKey struct {
+	key   string
+	slot  int64
+	shard int
 }
 
 type row struct {
-	name                   string
+	name, note             string
 	admitted, ideal        int64
-	bound                  float64
+	bound, local           float64
 	failed, failedOpen     int64
 	p99                    time.Duration
 	recovery               time.Duration
@@ -63,72 +107,92 @@ type row struct {
 
 func TestChaos(t *testing.T) {
 	redistest.Require(t)
-	w := &world{t: t, proxies: map[string][]*faultproxy.Proxy{}}
+	data, err := os.ReadFile(policies)
+	require.NoError(t, err)
+	set, err := policy.Load(policies, data)
+	require.NoError(t, err)
+	w := &world{t: t, set: set, proxies: map[string][]*faultproxy.Proxy{}, gateways: map[[2]string]*faultproxy.Proxy{}}
 	sb, err := sandbox.Start(context.Background(), sandbox.Config{
-		Policies: "../examples/sandbox-policies.yaml", Standby: true,
+		Policies: policies, Standby: true,
 		RedisProxy: func(region string, _ int, target string) (string, error) {
 			p := faultproxy.New(t, target)
 			w.proxies[region] = append(w.proxies[region], p)
+			return p.Addr, nil
+		},
+		GatewayProxy: func(from, to, target string) (string, error) {
+			p := natstest.GatewayProxy(t, from, target)
+			w.gateways[[2]string{from, to}] = p
 			return p.Addr, nil
 		},
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, sb.Stop()) })
 	w.sb = sb
-	t.Logf("sandbox started in %v", sb.StartupTime())
+	t.Logf("sandbox started in %v; load average %s", sb.StartupTime(), loadAvg())
 
+	none := func(*world, hotKey) {}
 	scenarios := []scenario{
-		{name: "baseline (no fault)", fault: func(*world, string) {}, heal: func(*world, string) {}},
-		{name: "partition region us (NATS server stopped)",
-			fault: func(w *world, _ string) { w.sb.NATS().Stop("us") },
-			heal: func(w *world, _ string) {
-				noErr(w.t, w.sb.NATS().Restart("us"))
-			}},
-		{name: "kill + restart the us Redis shard of the hot key",
-			fault: func(w *world, prefix string) { noErr(w.t, w.shardOf("us", prefix).Kill()) },
-			heal: func(w *world, prefix string) {
-				noErr(w.t, w.shardOf("us", prefix).Restart(context.Background()))
-			}},
-		{name: "slow us Redis (+50 ms per chunk, all shards)",
-			fault: func(w *world, _ string) {
-				for _, p := range w.proxies["us"] {
-					p.SetLatency(50 * time.Millisecond)
-				}
+		{name: "baseline (no fault)", fault: func(*world, hotKey) string { return "" }, heal: none},
+		{name: "partition us (its NATS gateways cut, both ways)",
+			fault: func(w *world, _ hotKey) string {
+				return fmt.Sprintf("%d gateway links cut; us nodes and coordinators keep their NATS", w.cutGateways("us", true))
 			},
-			heal: func(w *world, _ string) {
-				for _, p := range w.proxies["us"] {
-					p.Heal()
-				}
-			}},
-		{name: "kill us node 0",
-			fault: func(w *world, _ string) { noErr(w.t, w.sb.Region("us").StopNode(0, 0)) },
-			heal: func(w *world, _ string) {
+			heal: func(w *world, _ hotKey) { w.cutGateways("us", false) }},
+		{name: "kill + restart the us Redis master of the hot key",
+			fault: func(w *world, hot hotKey) string {
+				w.requireHeld("us", hot)
+				noErr(w.t, w.sb.Region("us").Redis[hot.shard].Kill())
+				return fmt.Sprintf("slot %d, shard %d killed (SIGKILL)", hot.slot, hot.shard)
+			},
+			heal: func(w *world, hot hotKey) {
+				noErr(w.t, w.sb.Region("us").Redis[hot.shard].Restart(context.Background()))
+			},
+			// A restarted master comes back empty (no persistence): the
+			// bucket is full again (assumption 4 of the leasing bound).
+			local: localSlack + regionBurst},
+		{name: "slow the us Redis master of the hot key (+50 ms per chunk)",
+			fault: func(w *world, hot hotKey) string {
+				w.requireHeld("us", hot)
+				w.proxies["us"][hot.shard].SetLatency(50 * time.Millisecond)
+				return fmt.Sprintf("slot %d, shard %d slowed; the other 2 not", hot.slot, hot.shard)
+			},
+			heal:  func(w *world, hot hotKey) { w.proxies["us"][hot.shard].Heal() },
+			local: localSlack},
+		{name: "crash us node 0 (leases not returned)",
+			fault: func(w *world, _ hotKey) string {
+				stranded, err := w.sb.Region("us").CrashNode(0)
+				noErr(w.t, err)
+				return fmt.Sprintf("%d leased tokens stranded", stranded)
+			},
+			heal: func(w *world, _ hotKey) {
 				noErr(w.t, w.sb.Region("us").StartNode(context.Background(), 0))
 			}},
-		{name: "kill active us coordinator (standby takes over)",
-			fault: func(w *world, _ string) { w.sb.Region("us").StopCoordinator(0) },
-			heal: func(w *world, _ string) {
-				noErr(w.t, w.sb.Region("us").StartCoordinator(context.Background(), 0))
+		{name: "crash active us coordinator (standby takes over)",
+			fault: func(w *world, _ hotKey) string { return w.crashActiveCoordinator("us") },
+			heal: func(w *world, _ hotKey) {
+				noErr(w.t, w.sb.Region("us").StartCoordinator(context.Background(), w.crashed))
 			}},
 		{name: "rolling restart of every node",
-			fault: func(w *world, _ string) {
+			fault: func(w *world, _ hotKey) string {
 				for _, r := range w.sb.Regions() {
 					for i := range r.NodeAddrs() {
 						noErr(w.t, r.StopNode(i, time.Second))
 						noErr(w.t, r.StartNode(context.Background(), i))
 					}
 				}
+				return "graceful: leases returned"
 			},
-			heal: func(*world, string) {}},
+			heal: none},
 	}
 	var rows []row
 	for i, sc := range scenarios {
 		rows = append(rows, w.run(sc, fmt.Sprintf("c%d-", i)))
 	}
 	printTable(t, rows)
+	t.Logf("load average at the end: %s", loadAvg())
 	for _, r := range rows {
 		if !r.withinBound {
-			t.Errorf("%s: admitted %d > bound %.0f", r.name, r.admitted, r.bound)
+			t.Errorf("%s: admitted %d > bound %.0f + local %.0f", r.name, r.admitted, r.bound, r.local)
 		}
 		if !r.recovered {
 			t.Errorf("%s: did not recover before the end of the run", r.name)
@@ -136,32 +200,95 @@ func TestChaos(t *testing.T) {
 	}
 }
 
-// shardOf finds the real redis-server of region holding the hot key of
-// the scenario (its keys carry the scenario's prefix).
-func (w *world) shardOf(region, prefix string) interface {
-	Kill() error
-	Restart(context.Context) error
-} {
-	r := w.sb.Region(region)
-	for _, s := range r.Redis {
-		c := redis.NewClient(&redis.Options{Addr: s.Addr})
-		keys, err := c.Keys(context.Background(), "*"+prefix+"*").Result()
-		c.Close()
-		if err == nil && len(keys) > 0 {
-			return s
+// hotKey renders the Redis bucket key of the load's hot key (loadgen's
+// Hot sends every request to key prefix+"0") as the node does
+// (Compiled.Subject, CompiledLimit.Key), and finds the us master serving
+// its slot (sandbox.Region.ShardOf: CLUSTER KEYSLOT, CLUSTER SLOTS).
+func (w *world) hotKey(prefix string) hotKey {
+	req := &policy.Request{Client: prefix + "0"}
+	var p *policy.Compiled
+	w.set.Each(func(c *policy.Compiled) {
+		if c.ID == hotPolicy {
+			p = c
 		}
+	})
+	require.NotNil(w.t, p, hotPolicy)
+	key := p.Limits[0].Key(p.Subject(req, w.set.Tier(req)))
+	us := w.sb.Region("us")
+	shard, err := us.ShardOf(context.Background(), key)
+	require.NoError(w.t, err)
+	c := redis.NewClient(&redis.Options{Addr: us.Redis[shard].Addr})
+	defer c.Close()
+	slot, err := c.ClusterKeySlot(context.Background(), key).Result()
+	require.NoError(w.t, err)
+	return hotKey{key: key, slot: slot, shard: shard}
+}
+
+// requireHeld checks that the hot key's bucket is on the shard about to
+// be broken: the load has leased from it for faultAt already.
+func (w *world) requireHeld(region string, hot hotKey) {
+	c := redis.NewClient(&redis.Options{Addr: w.sb.Region(region).Redis[hot.shard].Addr})
+	defer c.Close()
+	n, err := c.Exists(context.Background(), hot.key).Result()
+	if err != nil || n != 1 {
+		w.t.Errorf("%s shard %d does not hold the hot key %s (exists %d, err %v)", region, hot.shard, hot.key, n, err)
 	}
-	// No key found (the subject may be rendered without the prefix):
-	// fall back to shard 0, so the scenario still kills a shard.
-	w.t.Logf("no %s shard holds a key with prefix %q; killing shard 0", region, prefix)
-	return r.Redis[0]
+}
+
+// crashActiveCoordinator kills region's coordinator that holds the lock
+// (it does not release it) and waits, up to the heal, for the standby to
+// take over; it returns what happened.
+func (w *world) crashActiveCoordinator(region string) string {
+	r := w.sb.Region(region)
+	ctx := context.Background()
+	active, err := r.ActiveCoordinator(ctx)
+	noErr(w.t, err)
+	if active < 0 {
+		w.t.Errorf("no %s coordinator holds the lock", region)
+		return "no active coordinator"
+	}
+	w.crashed = active
+	r.CrashCoordinator(active)
+	crashed := time.Now()
+	for time.Since(crashed) < healAt-faultAt {
+		if i, err := r.ActiveCoordinator(ctx); err == nil && i >= 0 {
+			return fmt.Sprintf("coordinator %d crashed holding the lock; %d active %v later", active, i, time.Since(crashed).Round(10*time.Millisecond))
+		}
+		time.Sleep(20 * time.Millisecond) // polling the lock
+	}
+	w.t.Errorf("no %s standby took over within %v", region, healAt-faultAt)
+	return fmt.Sprintf("coordinator %d crashed; no takeover", active)
+}
+
+// cutGateways cuts (or heals, and waits for) every gateway link of
+// region, both directions, and returns how many links it touched.
+func (w *world) cutGateways(region string, cut bool) int {
+	n := 0
+	for link, p := range w.gateways {
+		if link[0] != region && link[1] != region {
+			continue
+		}
+		if cut {
+			p.Cut()
+		} else {
+			p.Heal()
+		}
+		n++
+	}
+	if !cut {
+		noErr(w.t, w.sb.NATS().WaitGateways(context.Background()))
+	}
+	return n
 }
 
 func (w *world) run(sc scenario, prefix string) row {
 	t := w.t
+	hot := w.hotKey(prefix)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	faulted := make(chan struct{})
+	// note is the fault's; it is written before faulted closes.
+	var note string
 	go func() { // owned: ends with the scenario (cancel) or after healing
 		defer close(faulted)
 		select {
@@ -169,13 +296,13 @@ func (w *world) run(sc scenario, prefix string) row {
 			return
 		case <-time.After(faultAt):
 		}
-		sc.fault(w, prefix)
+		note = sc.fault(w, hot)
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(healAt - faultAt):
 		}
-		sc.heal(w, prefix)
+		sc.heal(w, hot)
 	}()
 	rep, err := loadgen.Run(ctx, loadgen.Config{
 		Targets: w.sb.Targets(), Dial: w.sb.Dial, Rate: offered, Concurrency: 256,
@@ -189,9 +316,9 @@ func (w *world) run(sc scenario, prefix string) row {
 	// The window in which a node saw requests: [FirstSend, LastAnswer].
 	T := (rep.LastAnswer - rep.FirstSend).Seconds()
 	bound := limitBurst + limitRate*(T+leaseTTL.Seconds()+tick.Seconds())
-	r := row{name: sc.name, admitted: rep.Total.Counts.Admitted(), ideal: rep.IdealAdmitted, bound: bound,
+	r := row{name: sc.name, note: note, admitted: rep.Total.Counts.Admitted(), ideal: rep.IdealAdmitted, bound: bound, local: sc.local,
 		failed: rep.Total.Counts.Failed, failedOpen: rep.Total.Counts.FailedOpen, p99: rep.Total.Latency.P99}
-	r.withinBound = float64(r.admitted) <= bound
+	r.withinBound = float64(r.admitted) <= bound+sc.local
 	r.recovery, r.recovered = recovery(rep, healAt)
 	return r
 }
@@ -224,22 +351,36 @@ func recovery(rep *loadgen.Report, heal time.Duration) (time.Duration, bool) {
 func printTable(t *testing.T, rows []row) {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tADMITTED\tIDEAL\tBOUND\tOVERSHOOT/IDEAL\tFAILED\tFAILED-OPEN\tP99\tRECOVERY\tVERDICT")
+	fmt.Fprintln(tw, "SCENARIO\tADMITTED\tIDEAL\tBOUND\t+LOCAL\tOVERSHOOT/IDEAL\tFAILED\tFAILED-OPEN\tP99\tRECOVERY\tVERDICT\tNOTE")
 	for _, r := range rows {
 		verdict := "ok"
-		if !r.withinBound {
+		switch {
+		case !r.withinBound:
 			verdict = "OVER BOUND"
+		case float64(r.admitted) > r.bound:
+			verdict = "ok (bound + local)"
 		}
 		rec := r.recovery.Round(time.Millisecond).String()
 		if !r.recovered {
 			rec, verdict = "never", verdict+", not recovered"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%+d\t%d\t%d\t%v\t%s\t%s\n", r.name, r.admitted, r.ideal, r.bound,
-			r.admitted-r.ideal, r.failed, r.failedOpen, r.p99.Round(10*time.Microsecond), rec, verdict)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%+d\t%d\t%d\t%v\t%s\t%s\t%s\n", r.name, r.admitted, r.ideal, r.bound, r.local,
+			r.admitted-r.ideal, r.failed, r.failedOpen, r.p99.Round(10*time.Microsecond), rec, verdict, r.note)
 	}
 	tw.Flush()
 	t.Log("\n" + b.String())
 	fmt.Fprint(os.Stdout, b.String())
+}
+
+// loadAvg is the machine's 1, 5 and 15 min load averages (Linux), for
+// reading a run's figures: on a starved machine deadlines are missed.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 // noErr reports err without FailNow: faults run on the scenario's own

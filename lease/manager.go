@@ -79,7 +79,8 @@ type Options struct {
 }
 
 // Manager holds leases for many keys. It is safe for concurrent use;
-// Close stops its goroutines and returns unspent tokens.
+// Close stops its goroutines and returns unspent tokens; Abort (a crash)
+// drops them.
 type Manager struct {
 	src      Source
 	clock    Clock
@@ -563,18 +564,48 @@ func (m *Manager) Stats() Stats {
 // the region (credited as return.lua decays them). ctx bounds the
 // returns. Take fails with ErrClosed afterwards.
 func (m *Manager) Close(ctx context.Context) error {
-	first := false
+	items, first := m.shutdown()
+	if !first || len(items) == 0 {
+		return nil
+	}
+	n, err := m.src.Return(ctx, items)
+	m.stats.returned.Add(n)
+	if err != nil {
+		return fmt.Errorf("lease: close: %w", err)
+	}
+	return nil
+}
+
+// Abort stops the manager as a crash would, for chaos tests of a killed
+// node: like Close it stops the refill workers and the sweeper and fails
+// waiting requests with ErrClosed, but it drops the unspent tokens of
+// every live lease instead of returning them. They stay debited from the
+// region's buckets, stranded until their leases expire (the TTL term of
+// the bound). It returns how many tokens it dropped; after Close or
+// Abort it does nothing and returns 0. Take fails with ErrClosed
+// afterwards.
+func (m *Manager) Abort() (stranded int64) {
+	items, _ := m.shutdown()
+	for _, it := range items {
+		stranded += it.Unspent
+	}
+	return stranded
+}
+
+// shutdown is the first Close or Abort: it stops the goroutines, fails
+// waiting requests and drains every live lease into return items. first
+// is false (and items nil) if the manager was already shut down.
+func (m *Manager) shutdown() (items []region.ReturnItem, first bool) {
 	m.once.Do(func() {
 		first = true
 		m.closed.Store(true)
 		close(m.stop)
 	})
 	if !first {
-		return nil
+		return nil, false
 	}
 	m.wg.Wait()
 	now := m.clock.Now()
-	var items []region.ReturnItem
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
@@ -594,17 +625,9 @@ func (m *Manager) Close(ctx context.Context) error {
 		sh.mu.Unlock()
 	}
 	if m.owned != nil {
-		defer m.owned.Stop()
+		m.owned.Stop()
 	}
-	if len(items) == 0 {
-		return nil
-	}
-	n, err := m.src.Return(ctx, items)
-	m.stats.returned.Add(n)
-	if err != nil {
-		return fmt.Errorf("lease: close: %w", err)
-	}
-	return nil
+	return items, true
 }
 
 // returns drains e's live tokens into return items, one per generation,

@@ -95,6 +95,8 @@ func (n *Node) startMultiRegion() error {
 		}
 		return err
 	}}, n.closers...)
+	// A crash drops the connection first: no last snapshot goes out.
+	n.crashHooks = append(n.crashHooks, nc.Close)
 	n.log.Info("multi-region", "region", mr.Region, "regions", mr.Regions, "nats", mr.NATSURL)
 	return nil
 }

@@ -84,6 +84,10 @@ type Node struct {
 	httpFailed chan error
 	closing    atomic.Bool // set by Close: /readyz answers 503
 	res        resilience  // node/resilience.go
+
+	// crashHooks cut connections without a goodbye, first thing in Crash
+	// (node/crash.go).
+	crashHooks []func()
 }
 
 // Start loads the policies, connects the store and starts serving. A bad

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/allot-dev/allot/coord"
 	"github.com/allot-dev/allot/policystore"
@@ -23,6 +25,23 @@ type coordinator struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	close  []func()
+	lock   *crashLock
+}
+
+// crashLock is the coordinator's lock with a crash switch: a crashed
+// coordinator does not release its lock on the way out (coord.Run does
+// on a clean stop), so the standby takes over only when the lock's TTL
+// runs out, as after a killed process.
+type crashLock struct {
+	coord.Locker
+	crashed atomic.Bool
+}
+
+func (l *crashLock) Release(ctx context.Context) error {
+	if l.crashed.Load() {
+		return nil
+	}
+	return l.Locker.Release(ctx)
 }
 
 func lockKey(regionName string) string { return "allot:coordinator:{" + regionName + "}" }
@@ -31,7 +50,7 @@ func startCoordinator(ctx context.Context, id, regionName string, regions, redis
 	c := &coordinator{id: id}
 	defer func() {
 		if err != nil {
-			c.stop()
+			c.stop(false)
 		}
 	}()
 	rs, err := region.Open(ctx, redisAddrs, region.Options{})
@@ -60,10 +79,11 @@ func startCoordinator(ctx context.Context, id, regionName string, regions, redis
 	}
 	c.close = append(c.close, func() { st.Close() })
 	limits := coord.NewPolicyLimits(nil)
+	c.lock = &crashLock{Locker: &coord.RedisLock{Client: rs.Client(), Key: lockKey(regionName), ID: id, TTL: lockTTL}}
 	co, err := coord.New(coord.Config{
 		Region: regionName, Regions: regions, Transport: tr, Demand: dem,
 		Writer: coord.RedisWriter{Client: rs.Client()}, Limits: limits,
-		Lock:  &coord.RedisLock{Client: rs.Client(), Key: lockKey(regionName), ID: id, TTL: lockTTL},
+		Lock:  c.lock,
 		Knobs: knobs, Logger: log,
 	})
 	if err != nil {
@@ -90,8 +110,11 @@ func startCoordinator(ctx context.Context, id, regionName string, regions, redis
 }
 
 // stop ends the coordinator and waits for its goroutines, then closes
-// its connections in reverse order.
-func (c *coordinator) stop() {
+// its connections in reverse order. crash skips the lock's release.
+func (c *coordinator) stop(crash bool) {
+	if c.lock != nil {
+		c.lock.crashed.Store(crash)
+	}
 	if c.cancel != nil {
 		c.cancel()
 	}
@@ -100,4 +123,23 @@ func (c *coordinator) stop() {
 		c.close[i]()
 	}
 	c.close = nil
+}
+
+// ActiveCoordinator is the index of the region's coordinator that holds
+// the lock now, read from Redis, or -1 if none of its running ones does.
+func (r *Region) ActiveCoordinator(ctx context.Context) (int, error) {
+	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: r.RedisAddrs})
+	defer c.Close()
+	id, err := c.Get(ctx, lockKey(r.Name)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return -1, fmt.Errorf("sandbox: %s coordinator lock: %w", r.Name, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, co := range r.coords {
+		if co != nil && co.id == id {
+			return i, nil
+		}
+	}
+	return -1, nil
 }

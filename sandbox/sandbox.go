@@ -58,6 +58,14 @@ type Config struct {
 	// target). Cluster masters announce that address, so the cluster's
 	// own redirections go through the proxy too.
 	RedisProxy func(region string, shard int, target string) (string, error)
+	// GatewayProxy, when set, is the chaos seam for the NATS gateway
+	// links: it is called for each link, from the dialing region to the
+	// dialed one, with the dialed region's gateway address, and returns
+	// the address the dialing server must use instead (a fault proxy to
+	// target). The servers then advertise a gateway address that refuses
+	// connections, so a gossiped URL cannot take a reconnect around the
+	// proxies. Clients keep their direct link to their region's server.
+	GatewayProxy func(from, to, target string) (string, error)
 	// Logger receives the components' logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -143,8 +151,8 @@ func Start(ctx context.Context, cfg Config) (sb *Sandbox, err error) {
 			sb = nil
 		}
 	}()
-	if sb.nats, err = natsproc.StartSupercluster(ctx, cfg.Regions...); err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
+	if sb.nats, err = startNATS(ctx, cfg); err != nil {
+		return nil, err
 	}
 	for _, name := range cfg.Regions {
 		r := &Region{Name: name, NATSURL: sb.nats.URL(name), sb: sb}
@@ -237,8 +245,44 @@ func announceArgs(proxy string, port int) []string {
 	}
 }
 
-// StartCoordinator starts coordinator i of the region (0 is started
-// first, so it normally holds the lock; 1 is the standby).
+// refusedGateway is the gateway address servers advertise when their
+// links go through Config.GatewayProxy: nothing listens on port 1, so a
+// dial is refused at once and the server tries its next URL, the proxy.
+const refusedGateway = "127.0.0.1:1"
+
+// startNATS starts the supercluster, its gateway links routed through
+// cfg.GatewayProxy when set.
+func startNATS(ctx context.Context, cfg Config) (*natsproc.Supercluster, error) {
+	var rt natsproc.GatewayRouting
+	var proxyErr error
+	if cfg.GatewayProxy != nil {
+		rt.Advertise = refusedGateway
+		rt.Addr = func(from, to string, port int) string {
+			target := "127.0.0.1:" + strconv.Itoa(port)
+			addr, err := cfg.GatewayProxy(from, to, target)
+			if err != nil {
+				proxyErr = errors.Join(proxyErr, fmt.Errorf("sandbox: gateway proxy %s→%s: %w", from, to, err))
+				return target
+			}
+			return addr
+		}
+	}
+	// rt.Addr runs while the servers' options are built; a proxy error
+	// is reported once the start returns.
+	sc, err := natsproc.StartSuperclusterRouted(ctx, rt, cfg.Regions...)
+	if err != nil {
+		return nil, errors.Join(proxyErr, fmt.Errorf("sandbox: %w", err))
+	}
+	if proxyErr != nil {
+		sc.Close()
+		return nil, proxyErr
+	}
+	return sc, nil
+}
+
+// StartCoordinator starts coordinator i of the region. With a standby,
+// whichever takes the region's lock first is active and the other waits
+// (ActiveCoordinator says which).
 func (r *Region) StartCoordinator(ctx context.Context, i int) error {
 	cfg := r.sb.cfg
 	knobs := coord.DefaultKnobs()
@@ -257,9 +301,16 @@ func (r *Region) StartCoordinator(ctx context.Context, i int) error {
 	return nil
 }
 
-// StopCoordinator stops coordinator i (a crash, as far as the other
-// coordinators can tell: it stops renewing its lock).
-func (r *Region) StopCoordinator(i int) {
+// StopCoordinator stops coordinator i cleanly: it releases the region's
+// lock if it holds it, so the standby takes over at its next attempt.
+func (r *Region) StopCoordinator(i int) { r.endCoordinator(i, false) }
+
+// CrashCoordinator kills coordinator i: it stops at once and does not
+// release the lock, so the standby takes over only when the lock's TTL
+// (Config.LockTTL) runs out, as after a killed process.
+func (r *Region) CrashCoordinator(i int) { r.endCoordinator(i, true) }
+
+func (r *Region) endCoordinator(i int, crash bool) {
 	r.mu.Lock()
 	var c *coordinator
 	if i < len(r.coords) {
@@ -267,7 +318,7 @@ func (r *Region) StopCoordinator(i int) {
 	}
 	r.mu.Unlock()
 	if c != nil {
-		c.stop()
+		c.stop(crash)
 	}
 }
 
@@ -315,14 +366,11 @@ func (r *Region) Node(i int) *node.Node {
 	return r.nodes[i]
 }
 
-// StopNode stops node i, cutting its calls in flight after timeout
-// (0: at once). In process, even a zero timeout returns the node's unspent
-// lease tokens; a crashed process would strand them until the lease TTL.
+// StopNode stops node i gracefully, cutting its calls in flight after
+// timeout (0: at once), and returns its unspent lease tokens to the
+// region.
 func (r *Region) StopNode(i int, timeout time.Duration) error {
-	r.mu.Lock()
-	n := r.nodes[i]
-	r.nodes[i] = nil
-	r.mu.Unlock()
+	n := r.takeNode(i)
 	if n == nil {
 		return nil
 	}
@@ -330,6 +378,30 @@ func (r *Region) StopNode(i int, timeout time.Duration) error {
 		return fmt.Errorf("sandbox: stop %s node %d: %w", r.Name, i, err)
 	}
 	return nil
+}
+
+// CrashNode kills node i as a crashed process dies (node.Node.Crash):
+// it stops serving at once and its unspent lease tokens are not
+// returned, stranded in the region's buckets until their leases expire.
+// It returns how many tokens were stranded. StartNode brings it back.
+func (r *Region) CrashNode(i int) (stranded int64, err error) {
+	n := r.takeNode(i)
+	if n == nil {
+		return 0, nil
+	}
+	if stranded, err = n.Crash(); err != nil {
+		return stranded, fmt.Errorf("sandbox: crash %s node %d: %w", r.Name, i, err)
+	}
+	return stranded, nil
+}
+
+// takeNode marks node i stopped and returns it (nil if it was).
+func (r *Region) takeNode(i int) *node.Node {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.nodes[i]
+	r.nodes[i] = nil
+	return n
 }
 
 // StartNode starts a stopped node i again on its previous addresses.
@@ -357,7 +429,8 @@ func (sb *Sandbox) Region(name string) *Region {
 	return nil
 }
 
-// NATS is the supercluster, to stop and restart a region's server.
+// NATS is the supercluster, to stop and restart a region's server, or to
+// wait for its gateways.
 func (sb *Sandbox) NATS() *natsproc.Supercluster { return sb.nats }
 
 // StartupTime is how long Start took.

@@ -56,8 +56,7 @@ func StartSuperclusterProxied(t testing.TB, regions ...string) *Supercluster {
 	proxies := map[[2]string]*faultproxy.Proxy{}
 	rt := natsproc.GatewayRouting{
 		Addr: func(from, to string, port int) string {
-			p := faultproxy.New(t, fmt.Sprintf("127.0.0.1:%d", port))
-			p.AdmitFirstLine(func(line []byte) bool { return gatewayConnectFrom(line) == from })
+			p := GatewayProxy(t, from, fmt.Sprintf("127.0.0.1:%d", port))
 			proxies[[2]string{from, to}] = p
 			return p.Addr
 		},
@@ -69,6 +68,19 @@ func StartSuperclusterProxied(t testing.TB, regions ...string) *Supercluster {
 	}
 	t.Cleanup(sc.Close) // runs before the proxies' cleanups
 	return &Supercluster{t: t, sc: sc, proxies: proxies}
+}
+
+// GatewayProxy starts a faultproxy to target, the gateway address of
+// another region, for the gateway link region from dials: it admits only
+// a gateway whose CONNECT names from, so that no other region can use the
+// link's proxy (servers gossip the URLs they dial). It stops with the
+// test. StartSuperclusterProxied makes one per link; so does the
+// sandbox's chaos suite (sandbox.Config.GatewayProxy).
+func GatewayProxy(t testing.TB, from, target string) *faultproxy.Proxy {
+	t.Helper()
+	p := faultproxy.New(t, target)
+	p.AdmitFirstLine(func(line []byte) bool { return gatewayConnectFrom(line) == from })
+	return p
 }
 
 // gatewayConnectFrom is the gateway name in a gateway's CONNECT line

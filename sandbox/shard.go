@@ -1,0 +1,80 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ShardOf is the index (into Redis and RedisAddrs) of the region's master
+// that serves key: its slot by CLUSTER KEYSLOT, then that slot's master
+// by CLUSTER NODES, matched on the address it announces. A region of one
+// server answers 0.
+func (r *Region) ShardOf(ctx context.Context, key string) (int, error) {
+	if len(r.Redis) == 1 {
+		return 0, nil
+	}
+	var errs []error
+	for _, s := range r.Redis { // the first server that answers
+		i, err := r.shardOf(ctx, s.Addr, key)
+		if err == nil {
+			return i, nil
+		}
+		errs = append(errs, err)
+	}
+	return 0, fmt.Errorf("sandbox: %s shard of %q: %w", r.Name, key, errors.Join(errs...))
+}
+
+func (r *Region) shardOf(ctx context.Context, addr, key string) (int, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	slot, err := c.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		return 0, fmt.Errorf("CLUSTER KEYSLOT: %w", err)
+	}
+	nodes, err := c.ClusterNodes(ctx).Result()
+	if err != nil {
+		return 0, fmt.Errorf("CLUSTER NODES: %w", err)
+	}
+	master, ok := masterOf(nodes, slot)
+	if !ok {
+		return 0, fmt.Errorf("slot %d: no master in CLUSTER NODES", slot)
+	}
+	for i, a := range r.RedisAddrs {
+		if a == master {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("slot %d: master %s is not one of %v", slot, master, r.RedisAddrs)
+}
+
+// masterOf reads CLUSTER NODES (one line per node: id, ip:port@bus,
+// flags, master id, ping, pong, epoch, link state, then its slots as
+// "a-b" ranges or single slots) for the address of the master serving
+// slot.
+func masterOf(nodes string, slot int64) (string, bool) {
+	for _, line := range strings.Split(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 || !slices.Contains(strings.Split(f[2], ","), "master") {
+			continue
+		}
+		addr, _, _ := strings.Cut(f[1], "@")
+		for _, rng := range f[8:] {
+			lo, hi, isRange := strings.Cut(rng, "-")
+			if !isRange {
+				hi = lo
+			}
+			a, errA := strconv.ParseInt(lo, 10, 64)
+			b, errB := strconv.ParseInt(hi, 10, 64)
+			if errA == nil && errB == nil && a <= slot && slot <= b {
+				return addr, true
+			}
+		}
+	}
+	return "", false
+}
