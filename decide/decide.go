@@ -64,6 +64,10 @@ type Decision struct {
 	PolicyID   string
 	Statuses   []Status
 	Shadow     []Status // shadow-mode limits that would have denied
+	// Degraded says an enforced policy of the check was decided without
+	// the store, by its on_store_failure (open, closed or the local
+	// fallback bucket): the answer is not the region's exact count.
+	Degraded bool
 }
 
 // Decider decides checks against the current policy set. It is safe for

@@ -48,6 +48,14 @@ const warnEvery = 10 * time.Second
 // if allowed, is FAILED_OPEN. What did reach the store (results of p,
 // leased takes) still counts, and is given back if the request is denied.
 func (d *Decider) degraded(ctx, storeCtx context.Context, r *policy.Request, tier string, cost int64, p *plan, results []algorithm.Result, takes []leasedTake, failed []*policy.Compiled, cause error) (Decision, error) {
+	dec, err := d.byStoreFailure(ctx, storeCtx, r, tier, cost, p, results, takes, failed, cause)
+	// A shadow policy's failure changes nothing enforced.
+	dec.Degraded = err == nil && slices.ContainsFunc(failed, func(pol *policy.Compiled) bool { return !pol.Shadow })
+	return dec, err
+}
+
+// byStoreFailure is degraded without the Degraded mark.
+func (d *Decider) byStoreFailure(ctx, storeCtx context.Context, r *policy.Request, tier string, cost int64, p *plan, results []algorithm.Result, takes []leasedTake, failed []*policy.Compiled, cause error) (Decision, error) {
 	undo := func() {
 		d.refundTo(storeCtx, d.store, p, results)
 		d.giveBack(takes)

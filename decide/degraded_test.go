@@ -72,11 +72,13 @@ func TestOnStoreFailureModes(t *testing.T) {
 
 	dec := checkReq(t, d, policy.Request{Tenant: "t", Route: "/api"})
 	assert.Equal(t, decide.FailedOpen, dec.Outcome, "open")
+	assert.True(t, dec.Degraded, "open")
 
 	dec = checkReq(t, d, policy.Request{Tenant: "t", Client: "c", Route: "/login"})
 	assert.Equal(t, decide.Throttled, dec.Outcome, "closed")
 	assert.Contains(t, dec.Reason, "store unavailable")
 	assert.Equal(t, "login", dec.PolicyID)
+	assert.True(t, dec.Degraded, "closed")
 
 	// local: this node's share is 90 / 3 = 30.
 	allowed := 0
@@ -88,6 +90,7 @@ func TestOnStoreFailureModes(t *testing.T) {
 			require.Len(t, last.Statuses, 1)
 			assert.False(t, last.Statuses[0].Exact)
 			assert.Equal(t, int64(30), last.Limit)
+			assert.True(t, last.Degraded, "local")
 		}
 	}
 	assert.Equal(t, 30, allowed)
@@ -122,6 +125,7 @@ func TestCountingResumesFromTheStore(t *testing.T) {
 	st.down.Store(false)
 	dec := checkReq(t, d, r)
 	assert.Equal(t, decide.Allowed, dec.Outcome)
+	assert.False(t, dec.Degraded, "the store decided")
 	assert.True(t, dec.Statuses[0].Exact)
 	assert.Equal(t, int64(90-6), dec.Remaining)
 }

@@ -21,8 +21,16 @@ import (
 // Checker asks one target for a decision. Implementations are safe for
 // concurrent use.
 type Checker interface {
-	Check(ctx context.Context, req *ratelimitv1.RateLimitRequest) (ratelimitv1.RateLimitResponse_Decision, error)
+	Check(ctx context.Context, req *ratelimitv1.RateLimitRequest) (Answer, error)
 	Close() error
+}
+
+// Answer is what the generator keeps of a decision.
+type Answer struct {
+	Decision ratelimitv1.RateLimitResponse_Decision
+	// Degraded: the node decided without its store (the response's
+	// degraded field), e.g. from its local fallback bucket.
+	Degraded bool
 }
 
 // grpcChecker spreads calls over a few connections round-robin: one
@@ -49,13 +57,13 @@ func DialGRPC(addr string, conns int) (Checker, error) {
 	return c, nil
 }
 
-func (c *grpcChecker) Check(ctx context.Context, req *ratelimitv1.RateLimitRequest) (ratelimitv1.RateLimitResponse_Decision, error) {
+func (c *grpcChecker) Check(ctx context.Context, req *ratelimitv1.RateLimitRequest) (Answer, error) {
 	cl := c.clients[c.next.Add(1)%uint64(len(c.clients))]
 	resp, err := cl.CheckRateLimit(ctx, req)
 	if err != nil {
-		return 0, err
+		return Answer{}, err
 	}
-	return resp.GetDecision(), nil
+	return Answer{Decision: resp.GetDecision(), Degraded: resp.GetDegraded()}, nil
 }
 
 func (c *grpcChecker) Close() error {
@@ -89,47 +97,48 @@ func NewHTTPChecker(addr string, maxConns int) Checker {
 
 var jsonOpts = protojson.MarshalOptions{UseProtoNames: true}
 
-func (c *httpChecker) Check(ctx context.Context, req *ratelimitv1.RateLimitRequest) (ratelimitv1.RateLimitResponse_Decision, error) {
+func (c *httpChecker) Check(ctx context.Context, req *ratelimitv1.RateLimitRequest) (Answer, error) {
 	body, err := jsonOpts.Marshal(req)
 	if err != nil {
-		return 0, fmt.Errorf("encode check: %w", err)
+		return Answer{}, fmt.Errorf("encode check: %w", err)
 	}
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
 	if err != nil {
-		return 0, fmt.Errorf("build request: %w", err)
+		return Answer{}, fmt.Errorf("build request: %w", err)
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	resp, err := c.client.Do(hreq)
 	if err != nil {
-		return 0, err
+		return Answer{}, err
 	}
 	defer resp.Body.Close()
 	// Read the body whole so the connection is reused.
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return 0, fmt.Errorf("read answer: %w", err)
+		return Answer{}, fmt.Errorf("read answer: %w", err)
 	}
 	switch resp.StatusCode {
 	case http.StatusTooManyRequests:
-		return ratelimitv1.RateLimitResponse_THROTTLED, nil
+		return Answer{Decision: ratelimitv1.RateLimitResponse_THROTTLED}, nil
 	case http.StatusOK:
 	default:
-		return 0, fmt.Errorf("POST %s: status %d: %.200s", c.url, resp.StatusCode, data)
+		return Answer{}, fmt.Errorf("POST %s: status %d: %.200s", c.url, resp.StatusCode, data)
 	}
 	var ans struct {
 		Decision string `json:"decision"`
+		Degraded bool   `json:"degraded"`
 	}
 	if err := json.Unmarshal(data, &ans); err != nil {
-		return 0, fmt.Errorf("decode answer: %w", err)
+		return Answer{}, fmt.Errorf("decode answer: %w", err)
 	}
 	if ans.Decision == "" {
-		return ratelimitv1.RateLimitResponse_ALLOWED, nil // proto3 JSON omits the zero value
+		return Answer{Decision: ratelimitv1.RateLimitResponse_ALLOWED, Degraded: ans.Degraded}, nil // proto3 JSON omits the zero value
 	}
 	v, ok := ratelimitv1.RateLimitResponse_Decision_value[ans.Decision]
 	if !ok {
-		return 0, fmt.Errorf("decode answer: unknown decision %q", ans.Decision)
+		return Answer{}, fmt.Errorf("decode answer: unknown decision %q", ans.Decision)
 	}
-	return ratelimitv1.RateLimitResponse_Decision(v), nil
+	return Answer{Decision: ratelimitv1.RateLimitResponse_Decision(v), Degraded: ans.Degraded}, nil
 }
 
 func (c *httpChecker) Close() error {

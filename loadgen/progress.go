@@ -52,9 +52,9 @@ func (p *progressLine) draw(g *gen, bar *progressbar.ProgressBar) {
 			c[o] += v[o]
 		}
 	}
-	n := c[allowed] + c[throttled] + c[failedOpen] + c[failed]
+	ok := countsOf(c)
 	bar.Describe(fmt.Sprintf("%d sent (%.0f/s)  allowed %d  throttled %d  failed-open %d  failed %d",
-		n, float64(n)/max(el.Seconds(), 1e-3), c[allowed], c[throttled], c[failedOpen], c[failed]))
+		ok.Sent, float64(ok.Sent)/max(el.Seconds(), 1e-3), ok.Allowed, ok.Throttled, ok.FailedOpen, ok.Failed))
 	_ = bar.Set64(min(el.Milliseconds(), g.cfg.Duration.Milliseconds()))
 }
 

@@ -27,14 +27,18 @@ const (
 	allowed outcome = iota
 	throttled
 	failedOpen
-	failed // no answer: transport error, timeout or an error status
+	failed          // no answer: transport error, timeout or an error status
+	allowedDegraded // allowed by a node deciding without its store (its local fallback)
 	numOutcomes
 )
 
-func outcomeOf(d ratelimitv1.RateLimitResponse_Decision, err error) outcome {
+func outcomeOf(a Answer, err error) outcome {
+	d := a.Decision
 	switch {
 	case err != nil:
 		return failed
+	case d == ratelimitv1.RateLimitResponse_ALLOWED && a.Degraded:
+		return allowedDegraded
 	case d == ratelimitv1.RateLimitResponse_ALLOWED:
 		return allowed
 	case d == ratelimitv1.RateLimitResponse_THROTTLED:

@@ -26,11 +26,14 @@ const (
 
 // Counts tallies requests by outcome.
 type Counts struct {
-	Sent       int64 // every request sent (the sum of the four below)
-	Allowed    int64
-	Throttled  int64
-	FailedOpen int64 // allowed because the node's store failed
-	Failed     int64 // no decision: transport error, timeout, error status
+	Sent    int64 // every request sent (the sum of the four below)
+	Allowed int64
+	// AllowedDegraded is the part of Allowed that nodes decided without
+	// their store (on_store_failure: local): outside the leasing bound.
+	AllowedDegraded int64
+	Throttled       int64
+	FailedOpen      int64 // allowed because the node's store failed
+	Failed          int64 // no decision: transport error, timeout, error status
 }
 
 // Admitted is what the node let through: allowed plus failed open.
@@ -39,13 +42,14 @@ func (c Counts) Admitted() int64 { return c.Allowed + c.FailedOpen }
 func (c *Counts) add(o Counts) {
 	c.Sent += o.Sent
 	c.Allowed += o.Allowed
+	c.AllowedDegraded += o.AllowedDegraded
 	c.Throttled += o.Throttled
 	c.FailedOpen += o.FailedOpen
 	c.Failed += o.Failed
 }
 
 func countsOf(v [numOutcomes]int64) Counts {
-	c := Counts{Allowed: v[allowed], Throttled: v[throttled], FailedOpen: v[failedOpen], Failed: v[failed]}
+	c := Counts{Allowed: v[allowed] + v[allowedDegraded], AllowedDegraded: v[allowedDegraded], Throttled: v[throttled], FailedOpen: v[failedOpen], Failed: v[failed]}
 	c.Sent = c.Allowed + c.Throttled + c.FailedOpen + c.Failed
 	return c
 }
@@ -208,6 +212,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	ew.printf("allot-load: %s, %s, %v, %s, seed %d; stopped by %s\n", r.Protocol, r.Mode(), r.Duration, r.Keys, r.Seed, r.Stop)
 	ew.printf("sent %d in %.3fs: %.1f req/s; admitted %d (allowed %d + failed open %d), throttled %d, failed %d\n",
 		r.Total.Sent, r.LastAnswer.Seconds(), r.Throughput(), r.Total.Admitted(), r.Total.Allowed, r.Total.FailedOpen, r.Total.Throttled, r.Total.Failed)
+	if r.Total.AllowedDegraded > 0 {
+		ew.printf("of the allowed, %d were decided without the store (a node's local fallback)\n", r.Total.AllowedDegraded)
+	}
 	from := "sent"
 	if r.Rate > 0 {
 		from = "due"

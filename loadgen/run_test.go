@@ -262,7 +262,7 @@ func TestHTTPAgainstNode(t *testing.T) {
 // field names) and answers by key; the report must count exactly what it
 // answered.
 func TestHTTPWireFormat(t *testing.T) {
-	var answered [4]atomic.Int64 // allowed, throttled, failed open, failed
+	var answered [5]atomic.Int64 // allowed, throttled, failed open, failed, allowed degraded
 	var bad atomic.Value
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body map[string]any
@@ -291,6 +291,9 @@ func TestHTTPWireFormat(t *testing.T) {
 		case "k2":
 			answered[3].Add(1)
 			w.WriteHeader(http.StatusInternalServerError)
+		case "k3":
+			answered[4].Add(1)
+			_, _ = io.WriteString(w, `{"decision":"ALLOWED","degraded":true}`)
 		default:
 			answered[0].Add(1)
 			_, _ = io.WriteString(w, `{"decision":"ALLOWED","limit":5}`)
@@ -308,11 +311,11 @@ func TestHTTPWireFormat(t *testing.T) {
 		t.Fatal(msg)
 	}
 	c := rep.Total
-	if c.Sent != 300 || c.Allowed != answered[0].Load() || c.Throttled != answered[1].Load() ||
-		c.FailedOpen != answered[2].Load() || c.Failed != answered[3].Load() {
-		t.Fatalf("report %+v, stub answered %d/%d/%d/%d", c, answered[0].Load(), answered[1].Load(), answered[2].Load(), answered[3].Load())
+	if c.Sent != 300 || c.Allowed != answered[0].Load()+answered[4].Load() || c.AllowedDegraded != answered[4].Load() ||
+		c.Throttled != answered[1].Load() || c.FailedOpen != answered[2].Load() || c.Failed != answered[3].Load() {
+		t.Fatalf("report %+v, stub answered %d/%d/%d/%d/%d", c, answered[0].Load(), answered[1].Load(), answered[2].Load(), answered[3].Load(), answered[4].Load())
 	}
-	if c.Throttled == 0 || c.FailedOpen == 0 || c.Failed == 0 {
+	if c.Throttled == 0 || c.FailedOpen == 0 || c.Failed == 0 || c.AllowedDegraded == 0 {
 		t.Fatalf("some outcome never drawn: %+v", c)
 	}
 }
@@ -341,8 +344,9 @@ func TestClosedLoopMaxRequestsAgainstNoop(t *testing.T) {
 // checkFunc is a Checker made of a function.
 type checkFunc func(context.Context, *ratelimitv1.RateLimitRequest) (ratelimitv1.RateLimitResponse_Decision, error)
 
-func (f checkFunc) Check(ctx context.Context, r *ratelimitv1.RateLimitRequest) (ratelimitv1.RateLimitResponse_Decision, error) {
-	return f(ctx, r)
+func (f checkFunc) Check(ctx context.Context, r *ratelimitv1.RateLimitRequest) (loadgen.Answer, error) {
+	d, err := f(ctx, r)
+	return loadgen.Answer{Decision: d}, err
 }
 func (checkFunc) Close() error { return nil }
 

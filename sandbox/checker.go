@@ -54,7 +54,7 @@ func (sb *Sandbox) Targets() []loadgen.Target {
 	return out
 }
 
-func (c *regionChecker) Check(ctx context.Context, req *ratelimitv1.RateLimitRequest) (ratelimitv1.RateLimitResponse_Decision, error) {
+func (c *regionChecker) Check(ctx context.Context, req *ratelimitv1.RateLimitRequest) (loadgen.Answer, error) {
 	i := c.next.Add(1)
 	d, err := c.nodes[i%uint64(len(c.nodes))].Check(ctx, req)
 	if status.Code(err) == codes.Unavailable && len(c.nodes) > 1 {

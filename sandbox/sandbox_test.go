@@ -34,7 +34,8 @@ func TestStartDecideStop(t *testing.T) {
 		d, err := c.Check(ctx, &ratelimitv1.RateLimitRequest{ClientIdentifier: "k0"})
 		require.NoError(t, c.Close())
 		require.NoError(t, err, r.Name)
-		require.Equal(t, ratelimitv1.RateLimitResponse_ALLOWED, d, r.Name)
+		require.Equal(t, ratelimitv1.RateLimitResponse_ALLOWED, d.Decision, r.Name)
+		require.False(t, d.Degraded, "%s decided without its store", r.Name)
 	}
 	stopped = true
 	require.NoError(t, sb.Stop())

@@ -114,7 +114,7 @@ func TestChaosSeams(t *testing.T) {
 		defer c.Close()
 		d, err := c.Check(ctx, &ratelimitv1.RateLimitRequest{ClientIdentifier: "k0"})
 		require.NoError(t, err)
-		require.Equal(t, ratelimitv1.RateLimitResponse_ALLOWED, d)
+		require.Equal(t, ratelimitv1.RateLimitResponse_ALLOWED, d.Decision)
 	})
 	t.Run("CrashCoordinator", func(t *testing.T) {
 		active := -1

@@ -153,6 +153,7 @@ func response(d *decide.Decision) *ratelimitv1.RateLimitResponse {
 		ViolationReason:   d.Reason,
 		RetryAfterMs:      ceilMillis(d.RetryAfter),
 		PolicyId:          d.PolicyID,
+		Degraded:          d.Degraded,
 	}
 	out.Statuses = statuses(d.Statuses)
 	out.ShadowViolations = statuses(d.Shadow)

@@ -207,6 +207,7 @@ type checkAnswer struct {
 	PolicyID          string        `json:"policy_id,omitempty"`
 	Statuses          []limitAnswer `json:"statuses,omitempty"`
 	ShadowViolations  []limitAnswer `json:"shadow_violations,omitempty"`
+	Degraded          bool          `json:"degraded,omitempty"`
 }
 
 type limitAnswer struct {
@@ -231,6 +232,7 @@ func answer(resp *ratelimitv1.RateLimitResponse) *checkAnswer {
 		PolicyID:          resp.GetPolicyId(),
 		Statuses:          limitAnswers(resp.GetStatuses()),
 		ShadowViolations:  limitAnswers(resp.GetShadowViolations()),
+		Degraded:          resp.GetDegraded(),
 	}
 }
 

@@ -190,6 +190,7 @@ func TestHTTPCheckFailedOpenIsBypass(t *testing.T) {
 	assert.Equal(t, "Bypass", resp.Header.Get("X-RateLimit-Status"))
 	assert.Empty(t, resp.Header.Values("X-RateLimit-Limit"))
 	assert.Contains(t, string(body), `"decision":"FAILED_OPEN"`)
+	assert.Contains(t, string(body), `"degraded":true`, "decided without the store")
 	ev := <-events
 	require.NoError(t, ev.Err)
 	assert.Equal(t, "http", ev.Face)

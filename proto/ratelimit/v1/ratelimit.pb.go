@@ -185,8 +185,13 @@ type RateLimitResponse struct {
 	PolicyId         string         `protobuf:"bytes,7,opt,name=policy_id,json=policyId" json:"policy_id,omitempty"`                         // the policy that decided (the violated one when THROTTLED)
 	Statuses         []*LimitStatus `protobuf:"bytes,8,rep,name=statuses" json:"statuses,omitempty"`                                         // every enforced limit that applied, in policy-file order
 	ShadowViolations []*LimitStatus `protobuf:"bytes,9,rep,name=shadow_violations,json=shadowViolations" json:"shadow_violations,omitempty"` // shadow-mode limits that would have denied
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// degraded is true when an enforced policy of this check was decided
+	// without the rate-limit store, by its on_store_failure: FAILED_OPEN, a
+	// fail-closed THROTTLED, or an answer of the node's local fallback
+	// bucket (limit / N). Such an answer is not the region's exact count.
+	Degraded      bool `protobuf:"varint,10,opt,name=degraded" json:"degraded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RateLimitResponse) Reset() {
@@ -280,6 +285,13 @@ func (x *RateLimitResponse) GetShadowViolations() []*LimitStatus {
 		return x.ShadowViolations
 	}
 	return nil
+}
+
+func (x *RateLimitResponse) GetDegraded() bool {
+	if x != nil {
+		return x.Degraded
+	}
+	return false
 }
 
 // The state of one limit after a check.
@@ -484,7 +496,7 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"token_cost\x18\x04 \x01(\x05R\ttokenCost\x12\x16\n" +
 	"\x06method\x18\x05 \x01(\tR\x06method\x12\x0e\n" +
 	"\x02ip\x18\x06 \x01(\tR\x02ip\x12\x12\n" +
-	"\x04tier\x18\a \x01(\tR\x04tier\"\x8d\x04\n" +
+	"\x04tier\x18\a \x01(\tR\x04tier\"\xa9\x04\n" +
 	"\x11RateLimitResponse\x12R\n" +
 	"\bdecision\x18\x01 \x01(\x0e26.hispeeddesign.ratelimit.v1.RateLimitResponse.DecisionR\bdecision\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -494,7 +506,9 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x0eretry_after_ms\x18\x06 \x01(\x03R\fretryAfterMs\x12\x1b\n" +
 	"\tpolicy_id\x18\a \x01(\tR\bpolicyId\x12C\n" +
 	"\bstatuses\x18\b \x03(\v2'.hispeeddesign.ratelimit.v1.LimitStatusR\bstatuses\x12T\n" +
-	"\x11shadow_violations\x18\t \x03(\v2'.hispeeddesign.ratelimit.v1.LimitStatusR\x10shadowViolations\"7\n" +
+	"\x11shadow_violations\x18\t \x03(\v2'.hispeeddesign.ratelimit.v1.LimitStatusR\x10shadowViolations\x12\x1a\n" +
+	"\bdegraded\x18\n" +
+	" \x01(\bR\bdegraded\"7\n" +
 	"\bDecision\x12\v\n" +
 	"\aALLOWED\x10\x00\x12\r\n" +
 	"\tTHROTTLED\x10\x01\x12\x0f\n" +
