@@ -17,13 +17,21 @@ import (
 	"github.com/allot-dev/allot/region"
 )
 
-// A global quota: 300 requests per tenant per hour across the regions.
+// A global quota: 300 requests per tenant per hour across the regions;
+// and a global rate, exact (not leased): 300/s per client.
 const quotaPolicies = `
 policies:
   - id: hourly
-    match: {}
+    match: {route: /quota}
     per: [tenant]
     limits: [{name: quota, algorithm: fixed_window, limit: 300, period: 1h}]
+    precision: exact
+    scope: global
+    on_store_failure: open
+  - id: rate
+    match: {route: /rate}
+    per: [client]
+    limits: [{name: s, algorithm: token_bucket, limit: 300, period: 1s}]
     precision: exact
     scope: global
     on_store_failure: open
@@ -96,7 +104,7 @@ func awaitQuotaWindow(t *testing.T) {
 // check sends one request for tenant to region r and reports whether it
 // was admitted.
 func (w *quotaWorld) check(t *testing.T, r, tenant string) bool {
-	dec, err := w.deciders[r].Check(context.Background(), &policy.Request{Tenant: tenant})
+	dec, err := w.deciders[r].Check(context.Background(), &policy.Request{Tenant: tenant, Route: "/quota"})
 	require.NoError(t, err)
 	return dec.Outcome == decide.Allowed
 }
@@ -182,4 +190,60 @@ func TestGlobalQuotaOvershootWithinLagBound(t *testing.T) {
 		got, quotaLimit, bound, lag, time.Duration(last.Load()-start.UnixNano()).Round(time.Millisecond))
 	require.GreaterOrEqual(t, got, int64(quotaLimit), "the regions must together admit the whole quota")
 	require.LessOrEqual(t, float64(got), bound, "overshoot beyond the exchange-lag bound")
+}
+
+// An exact-path global token bucket is rebalanced like a leased one: the
+// nodes publish its demand, the coordinators shift the share toward the
+// region with the traffic, and check.lua enforces the share.
+func TestExactGlobalBucketFollowsTraffic(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-region integration test")
+	}
+	k := knobs()
+	w := startQuotaWorld(t, k)
+	offer := map[string]float64{"ap": 10, "eu": 250, "us": 10}
+	var admitted, tried sync.Map // region -> *atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for _, r := range regions {
+		n, a := &atomic.Int64{}, &atomic.Int64{}
+		admitted.Store(r, n)
+		tried.Store(r, a)
+		wg.Go(func() {
+			tick := time.NewTicker(time.Duration(float64(time.Second) / offer[r]))
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				dec, err := w.deciders[r].Check(ctx, &policy.Request{Client: "c", Route: "/rate"})
+				a.Add(1)
+				if err == nil && dec.Outcome == decide.Allowed {
+					n.Add(1)
+				}
+			}
+		})
+	}
+	share := func(r string) float64 {
+		v, err := w.stores[r].Client().HGet(context.Background(), "rl:{client=c}:rate:s", "rate").Float64()
+		if err != nil {
+			return 100 // no share written: the default L/3
+		}
+		return v
+	}
+	require.Eventually(t, func() bool { return share("eu") >= 250 }, 20*k.Interval+5*time.Second, 10*time.Millisecond,
+		"eu's share never reached its demand (now %.0f/s)", share("eu")) // polling Redis
+	v, _ := admitted.Load("eu")
+	a, _ := tried.Load("eu")
+	got, asked, start := v.(*atomic.Int64).Load(), a.(*atomic.Int64).Load(), time.Now()
+	time.Sleep(time.Second) // the measurement window
+	secs := time.Since(start).Seconds()
+	rate, attempted := float64(v.(*atomic.Int64).Load()-got)/secs, float64(a.(*atomic.Int64).Load()-asked)/secs
+	t.Logf("shares ap %.0f eu %.0f us %.0f; eu admitted %.0f/s of %.0f attempted", share("ap"), share("eu"), share("us"), rate, attempted)
+	require.Greater(t, attempted, 150.0, "the load generator fell too far behind to judge")
+	require.Greater(t, rate, 0.95*attempted, "eu must be served in full, beyond L/3 = 100/s, once its share grew")
+	require.LessOrEqual(t, share("ap")+share("eu")+share("us"), 300.0+1e-6, "shares never sum past L")
 }

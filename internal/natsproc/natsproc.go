@@ -129,13 +129,33 @@ func StartSuperclusterRouted(ctx context.Context, rt GatewayRouting, regions ...
 	if len(regions) == 0 {
 		return nil, errors.New("natsproc: no region")
 	}
+	// A reserved port is free again once reserved: another process's
+	// listener or outgoing connection may take it before the server binds
+	// it, and that server then never gets ready. Start again on new ports.
+	var errs []error
+	for range 3 {
+		sc, err := startSupercluster(ctx, rt, regions)
+		if err == nil {
+			return sc, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
+func startSupercluster(ctx context.Context, rt GatewayRouting, regions []string) (*Supercluster, error) {
 	sc := &Supercluster{regions: regions, opts: map[string]*server.Options{}, servers: map[string]*server.Server{}}
 	gw := map[string]int{}
-	for _, r := range regions {
-		ports, err := freePorts(3)
-		if err != nil {
-			return nil, err
-		}
+	// All ports in one go: ports reserved by separate calls may repeat.
+	all, err := freePorts(3 * len(regions))
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range regions {
+		ports := all[3*i : 3*i+3]
 		gw[r] = ports[2]
 		sc.opts[r] = &server.Options{
 			ServerName: r,
