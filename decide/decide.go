@@ -193,6 +193,13 @@ func (d *Decider) Check(ctx context.Context, r *policy.Request) (Decision, error
 	var takes []leasedTake
 	var failed []*policy.Compiled // decided by on_store_failure
 	var cause error
+	// A check with leased and exact policies may wait for a refill and
+	// then call the store: both share one timeout, from here. (A check
+	// with only leased policies, the hot path, reads no clock.)
+	var start time.Time
+	if len(leased) > 0 && len(p.groups) > 0 && d.timeout > 0 {
+		start = time.Now()
+	}
 	if len(leased) > 0 {
 		var takeBuf [8]leasedTake
 		var denied bool
@@ -206,7 +213,7 @@ func (d *Decider) Check(ctx context.Context, r *policy.Request) (Decision, error
 	sctx := ctx
 	if len(p.groups) > 0 {
 		var cancel context.CancelFunc
-		sctx, cancel = d.storeCtx(ctx)
+		sctx, cancel = d.storeCtxFrom(ctx, start)
 		defer cancel()
 		var err error
 		results, err = d.store.Take(sctx, p.groups)

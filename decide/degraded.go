@@ -37,6 +37,15 @@ func (d *Decider) storeCtx(ctx context.Context) (context.Context, context.Cancel
 	return context.WithTimeout(ctx, d.timeout)
 }
 
+// storeCtxFrom is storeCtx with the timeout counted from start (zero:
+// from now), so that work done since start spends the same budget.
+func (d *Decider) storeCtxFrom(ctx context.Context, start time.Time) (context.Context, context.CancelFunc) {
+	if d.timeout <= 0 || start.IsZero() {
+		return d.storeCtx(ctx)
+	}
+	return context.WithDeadline(ctx, start.Add(d.timeout))
+}
+
 // warnEvery rate-limits the store-failure warning: during an outage every
 // check fails, and a log line per check would cost more than the check.
 const warnEvery = 10 * time.Second

@@ -3,10 +3,12 @@ package decide_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/decide"
 	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/lease"
@@ -87,4 +89,55 @@ func TestLeasedAndExactAllOrNothing(t *testing.T) {
 	}
 	assert.Equal(t, 7, allowed, "denied requests spent no leased tokens")
 	_ = st
+}
+
+// hangingSource never answers a lease before its context ends.
+type hangingSource struct{}
+
+func (hangingSource) Lease(ctx context.Context, _ []region.LeaseGroup) ([]region.LeaseResult, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+func (hangingSource) Return(context.Context, []region.ReturnItem) (int64, error) { return 0, nil }
+
+// budgetStore records how much time the exact path's store call was
+// given, and answers allowed.
+type budgetStore struct{ left chan time.Duration }
+
+func (s budgetStore) Take(ctx context.Context, groups []algorithm.Group) ([]algorithm.Result, error) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		s.left <- -1
+	} else {
+		s.left <- time.Until(dl)
+	}
+	out := make([]algorithm.Result, len(groups))
+	for i, g := range groups {
+		out[i] = algorithm.Result{Allowed: true, Items: make([]algorithm.ItemResult, len(g))}
+	}
+	return out, nil
+}
+func (budgetStore) Refund(context.Context, []algorithm.Group) error { return nil }
+
+// A check that waits for a lease refill and then calls the store spends
+// one timeout on both: the store call gets what the wait left, not a
+// fresh timeout.
+func TestLeasedWaitAndExactCallShareOneTimeout(t *testing.T) {
+	const timeout, wait = 400 * time.Millisecond, 300 * time.Millisecond
+	m, err := lease.New(lease.Options{Source: hangingSource{}, MaxWait: wait})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	set, err := policy.Load("test", []byte(leasedPolicies))
+	require.NoError(t, err)
+	st := budgetStore{left: make(chan time.Duration, 1)}
+	d := decide.New(st, set, nil)
+	d.UseLeases(m)
+	d.SetStoreTimeout(timeout)
+	_, err = d.Check(context.Background(), &policy.Request{Tenant: "acme", Client: "c", Route: "/both"})
+	require.NoError(t, err)
+	left := <-st.left
+	require.Positive(t, left+1, "the store call had no deadline")
+	// The refill wait took at least `wait` of the timeout, so at most
+	// timeout − wait = 100 ms can be left (less on a slow machine).
+	assert.LessOrEqual(t, left, timeout-wait, "the store call got a fresh timeout after the lease wait")
 }

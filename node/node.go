@@ -149,11 +149,15 @@ func (n *Node) openStore(ctx context.Context) (decide.Store, error) {
 	if len(n.cfg.Redis) == 0 {
 		return memstore.New(nil), nil
 	}
-	st, err := region.Open(ctx, n.cfg.Redis, n.cfg.Transport.region(n.cfg.Resilience.regionOptions(n)))
+	call, err := n.cfg.Resilience.callTimeout()
+	if err != nil {
+		return nil, err
+	}
+	st, err := region.Open(ctx, n.cfg.Redis, n.cfg.Transport.region(n.cfg.Resilience.regionOptions(n, call)))
 	if err != nil {
 		return nil, fmt.Errorf("connect to region redis %v: %w", n.cfg.Redis, err)
 	}
-	m, err := lease.New(lease.Options{Source: n.leaseSource(st), Defaults: n.cfg.Lease, Logger: n.log, MaxWait: n.cfg.Resilience.redisTimeout()})
+	m, err := lease.New(lease.Options{Source: n.leaseSource(st), Defaults: n.cfg.Lease, Logger: n.log, MaxWait: call})
 	if err != nil {
 		_ = st.Close()
 		return nil, fmt.Errorf("lease manager: %w", err)

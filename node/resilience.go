@@ -20,13 +20,22 @@ import (
 // per Redis shard, and the local fallback sized by region membership.
 // The zero value takes every default.
 type Resilience struct {
-	// RedisTimeout is the deadline of one exact-path Redis call (dial and
-	// pool wait included), and the longest a leased decision waits for a
-	// refill. cmd/node's --redis-timeout defaults to region.DefaultTimeout
-	// (5 ms); zero here means region.DefaultReadTimeout (1 s), for nodes
-	// embedded in tests and tools, which must not fail open on a loaded
-	// machine.
+	// RedisTimeout is the time budget of one decision that asks Redis,
+	// the decision without Redis after a timeout included. The exact-path
+	// Redis call (dial and pool wait included) and a leased decision's
+	// wait for a refill get RedisTimeout less RedisTimeoutMargin
+	// (region.CallTimeout). cmd/node's --redis-timeout defaults to
+	// region.DefaultTimeout (5 ms: a 4 ms Redis deadline); zero here means
+	// region.DefaultReadTimeout (1 s), for nodes embedded in tests and
+	// tools, which must not fail open on a loaded machine.
 	RedisTimeout time.Duration
+	// RedisTimeoutMargin is the part of RedisTimeout kept back from the
+	// Redis call for waking up after its deadline and deciding by
+	// on_store_failure. Zero means min(1 ms, RedisTimeout/5)
+	// (region.DefaultTimeoutMargin); negative means none (the Redis call
+	// gets all of RedisTimeout, as before the margin existed). It must be
+	// less than RedisTimeout.
+	RedisTimeoutMargin time.Duration
 	// LeaseTimeout is the deadline of one asynchronous lease refill or
 	// return. Zero means region.DefaultLeaseTimeout.
 	LeaseTimeout time.Duration
@@ -59,8 +68,18 @@ func (r Resilience) redisTimeout() time.Duration {
 	return region.DefaultReadTimeout
 }
 
-func (r Resilience) regionOptions(n *Node) region.Options {
-	return region.Options{Timeout: r.redisTimeout(), LeaseTimeout: r.LeaseTimeout, Breaker: r.Breaker, Logger: n.log}
+// callTimeout is the deadline of the Redis work of one decision: the
+// budget less the margin.
+func (r Resilience) callTimeout() (time.Duration, error) {
+	call, err := region.CallTimeout(r.redisTimeout(), r.RedisTimeoutMargin)
+	if err != nil {
+		return 0, fmt.Errorf("redis timeout: %w", err)
+	}
+	return call, nil
+}
+
+func (r Resilience) regionOptions(n *Node, call time.Duration) region.Options {
+	return region.Options{Timeout: call, LeaseTimeout: r.LeaseTimeout, Breaker: r.Breaker, Logger: n.log}
 }
 
 // StoreHealthService is the gRPC health service name that reports the
@@ -101,7 +120,9 @@ func (n *Node) startResilience(st *region.Store) error {
 		r.members, size = m, m
 	}
 	r.fallback = fallback.New(size, nil)
-	n.decider.SetStoreTimeout(cfg.redisTimeout())
+	// The take and any refund share the store's call deadline, so that
+	// the margin of --redis-timeout is left for the decision after them.
+	n.decider.SetStoreTimeout(st.Timeout())
 	n.decider.UseFallback(r.fallback)
 	return nil
 }

@@ -204,3 +204,31 @@ func TestNodeRecoversAfterRedisRestart(t *testing.T) {
 	rem := exactly(100) // a fresh bucket on the restarted Redis
 	exactly(rem)
 }
+
+// --redis-timeout is the budget of the whole decision: the store's calls
+// get it less --redis-timeout-margin, and a margin that leaves Redis no
+// time is refused at start.
+func TestRedisTimeoutIsTheDecisionBudget(t *testing.T) {
+	redistest.Require(t)
+	addr := redistest.Server(t).Addr
+	path := filepath.Join(t.TempDir(), "p.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(resiliencePolicies), 0o600))
+	start := func(r node.Resilience) (*node.Node, error) {
+		return node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", Redis: []string{addr}, PoliciesPath: path, Resilience: r})
+	}
+	ms := time.Millisecond
+	for _, c := range []struct{ timeout, margin, call time.Duration }{
+		{region.DefaultTimeout, 0, 4 * ms},     // the flags' defaults
+		{region.DefaultTimeout, -1, 5 * ms},    // no margin
+		{10 * ms, 3 * ms, 7 * ms},              // explicit
+		{2 * ms, 0, 1600 * time.Microsecond},   // budget/5 below 1 ms
+		{0, 0, region.DefaultReadTimeout - ms}, // embedded: 1 s budget
+	} {
+		n, err := start(node.Resilience{RedisTimeout: c.timeout, RedisTimeoutMargin: c.margin})
+		require.NoError(t, err, "timeout %v margin %v", c.timeout, c.margin)
+		assert.Equal(t, c.call, n.Store().Timeout(), "timeout %v margin %v", c.timeout, c.margin)
+		require.NoError(t, n.Close(5*time.Second))
+	}
+	_, err := start(node.Resilience{RedisTimeout: 5 * ms, RedisTimeoutMargin: 5 * ms})
+	require.ErrorContains(t, err, "margin")
+}

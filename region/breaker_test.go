@@ -215,8 +215,10 @@ func TestRecoversAfterFreeze(t *testing.T) {
 	redistest.Require(t)
 	in := redistest.Server(t)
 	s := openWith(t, region.Options{Breaker: shortBreaker}, in.Addr)
+	var lost int64 // warm-up calls that timed out on a loaded machine may have run
 	for range 3 {
-		takeOK(t, s, "rl:{a}:x")
+		_, n := takeCounted(t, s, "rl:{a}:x")
+		lost += n
 	}
 	in.Pause()
 	sent := 0
@@ -232,7 +234,7 @@ func TestRecoversAfterFreeze(t *testing.T) {
 	in.Continue()
 	rem, n := takeCounted(t, s, "rl:{a}:x")
 	assert.LessOrEqual(t, rem, int64(100-4))
-	assert.GreaterOrEqual(t, rem, int64(100-4-sent)-n, "at most the %d calls sent during the freeze (and %d after) also counted", sent, n)
+	assert.GreaterOrEqual(t, rem, int64(100-4-sent)-n-lost, "at most the %d calls sent during the freeze (and %d after, %d before) also counted", sent, n, lost)
 	assert.Equal(t, region.BreakerClosed, s.Shards()[0].State)
 }
 

@@ -35,12 +35,21 @@ const (
 	DefaultDialTimeout  = 2 * time.Second
 	DefaultReadTimeout  = time.Second
 	DefaultWriteTimeout = time.Second
-	// DefaultTimeout is the deadline a node gives one exact-path call
-	// (Take, Refund; flag --redis-timeout): a slow Redis is worse than a
-	// dead one (seed 001). Options.Timeout left zero means ReadTimeout
-	// instead, for tools (coordinator, tests) that are not on a request
-	// path.
+	// DefaultTimeout is a node's default budget for one decision that
+	// asks Redis (flag --redis-timeout): a slow Redis is worse than a dead
+	// one (seed 001). The Redis call itself gets the budget less a margin
+	// (CallTimeout): 4 ms by default. Options.Timeout left zero means
+	// ReadTimeout instead, for tools (coordinator, tests) that are not on
+	// a request path.
 	DefaultTimeout = 5 * time.Millisecond
+	// DefaultTimeoutMargin is the most of a decision's budget that
+	// CallTimeout keeps back from the Redis call by default (flag
+	// --redis-timeout-margin 0): the budget/5 cap leaves at least 80 % of
+	// a tight budget to Redis. 1 ms is the Go runtime's timer granularity
+	// on an idle process (it sleeps in epoll_wait, whose timeout is whole
+	// milliseconds), i.e. how late a deadline's wake-up can be before any
+	// scheduling delay; see CallTimeout.
+	DefaultTimeoutMargin = time.Millisecond
 	// DefaultLeaseTimeout is the deadline of one lease call (Lease,
 	// Return). Refills are asynchronous, so it may be longer than Timeout:
 	// a slow Redis still refills leases while no decision waits for it.
@@ -65,7 +74,8 @@ type Options struct {
 	PoolSize int
 	// Timeout is the deadline of every Take and Refund call, dial and
 	// connection-pool wait included; zero means ReadTimeout. Nodes set
-	// DefaultTimeout (5 ms). A caller's earlier deadline wins.
+	// CallTimeout(--redis-timeout, --redis-timeout-margin): 4 ms by
+	// default. A caller's earlier deadline wins.
 	Timeout time.Duration
 	// LeaseTimeout is the deadline of every Lease and Return call
 	// (default DefaultLeaseTimeout); a caller's earlier deadline wins.
@@ -78,6 +88,34 @@ type Options struct {
 	// own address, as the cluster announces it). A seam for tests that
 	// route one shard through a fault-injecting proxy.
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// CallTimeout is the deadline of the Redis calls of a decision whose
+// whole time budget is budget (a node's --redis-timeout): the budget less
+// a margin kept for what follows the deadline. A call that times out is
+// not noticed at its deadline but when the runtime wakes its goroutine,
+// up to about a millisecond later on an idle process (timers wait in
+// epoll_wait, in whole milliseconds) plus the machine's scheduling delay;
+// then the decision still has to be made without Redis (by
+// on_store_failure, in memory). The margin is for both, so that the
+// decision as a whole ends by the budget, not the Redis wait alone.
+//
+// margin 0 means min(DefaultTimeoutMargin, budget/5); a negative margin
+// means none (the call gets the whole budget). A budget that is not
+// positive, or a margin that leaves the call no time, is an error.
+func CallTimeout(budget, margin time.Duration) (time.Duration, error) {
+	if budget <= 0 {
+		return 0, fmt.Errorf("region: timeout %v must be positive", budget)
+	}
+	switch {
+	case margin == 0:
+		margin = min(DefaultTimeoutMargin, budget/5)
+	case margin < 0:
+		margin = 0
+	case margin >= budget:
+		return 0, fmt.Errorf("region: timeout margin %v leaves no time of the %v timeout for the Redis call", margin, budget)
+	}
+	return budget - margin, nil
 }
 
 func (o Options) withDefaults() Options {
@@ -218,6 +256,10 @@ func clusterEnabled(ctx context.Context, c *redis.Client) (bool, error) {
 // Client returns the underlying go-redis client (a *redis.Client or a
 // *redis.ClusterClient) for packages that need other commands.
 func (s *Store) Client() redis.UniversalClient { return s.client }
+
+// Timeout is the deadline of one Take or Refund call (Options.Timeout,
+// after defaults).
+func (s *Store) Timeout() time.Duration { return s.opts.Timeout }
 
 // Cluster reports whether the store talks to a Redis Cluster.
 func (s *Store) Cluster() bool { return s.cluster }

@@ -13,7 +13,8 @@ import (
 // circuit breakers, local fallback sizing, gossip) and returns a function
 // that reads them after parsing.
 func resilienceFlags(fs *flag.FlagSet) func() node.Resilience {
-	timeout := fs.Duration("redis-timeout", region.DefaultTimeout, "deadline of one exact-path Redis call (dial and pool wait included) and the longest a leased decision waits for a refill; then the policy's on_store_failure decides")
+	timeout := fs.Duration("redis-timeout", region.DefaultTimeout, "time budget of one decision that asks Redis, the decision by the policy's on_store_failure after a Redis timeout included: the exact-path Redis call (dial and pool wait included) and a leased decision's wait for a refill get this less --redis-timeout-margin")
+	margin := fs.Duration("redis-timeout-margin", 0, "part of --redis-timeout kept back from the Redis call, for waking up after its deadline and deciding without Redis; 0 means min(1ms, --redis-timeout/5), negative none; must be less than --redis-timeout")
 	leaseTimeout := fs.Duration("redis-lease-timeout", region.DefaultLeaseTimeout, "deadline of one asynchronous lease refill or return (no decision waits for it beyond --redis-timeout)")
 	window := fs.Duration("breaker-window", region.DefaultBreakerWindow, "circuit breaker: rolling window over which a Redis shard's errors are counted")
 	bucket := fs.Duration("breaker-bucket", region.DefaultBreakerBucket, "circuit breaker: the window rolls in steps of this")
@@ -30,8 +31,9 @@ func resilienceFlags(fs *flag.FlagSet) func() node.Resilience {
 	suspicion := fs.Int("gossip-suspicion-mult", 4, "gossip: a suspect node is declared dead after about this many probe intervals (times log10 N)")
 	return func() node.Resilience {
 		return node.Resilience{
-			RedisTimeout: *timeout,
-			LeaseTimeout: *leaseTimeout,
+			RedisTimeout:       *timeout,
+			RedisTimeoutMargin: *margin,
+			LeaseTimeout:       *leaseTimeout,
 			Breaker: region.BreakerOptions{
 				Window: *window, Bucket: *bucket, FailureRatio: *ratio,
 				MinRequests: uint32(min(*minReq, 1<<31)), OpenFor: *openFor, Consecutive: *consecutive,
