@@ -117,20 +117,6 @@ func limitName(key string) (string, bool) {
 	return key[i+2:], true
 }
 
-// StaticQuotas is a fixed Quotas for tests and tools: a map from
-// "<policy>:<limit>" to the quota.
-type StaticQuotas map[string]Quota
-
-// Quota implements Quotas.
-func (s StaticQuotas) Quota(key string) (Quota, bool) {
-	i := strings.LastIndex(key, "}:")
-	if i < 0 {
-		return Quota{}, false
-	}
-	q, ok := s[key[i+2:]]
-	return q, ok
-}
-
 // StaticLimits is a fixed Limits for tests and tools: a map from
 // "<policy>:<limit>" to the limit.
 type StaticLimits map[string]Limit

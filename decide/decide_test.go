@@ -245,6 +245,18 @@ func FuzzInput(f *testing.F) {
 	})
 }
 
+// countAllowed sends in n times and counts the allowed answers.
+func countAllowed(t *testing.T, d *decide.Decider, in decide.Input, n int) int {
+	t.Helper()
+	allowed := 0
+	for range n {
+		if check(t, d, in).Outcome == decide.Allowed {
+			allowed++
+		}
+	}
+	return allowed
+}
+
 func TestGlobalLimitsEnforceTheRegionsShare(t *testing.T) {
 	set, err := policy.Load("t", []byte(`
 policies:
@@ -254,12 +266,7 @@ policies:
 	require.NoError(t, err)
 	d := decide.New(memstore.New(nil), set, nil)
 	d.SetRegions(3)
-	allowed := 0
-	for range 40 {
-		if check(t, d, decide.Input{Tenant: "t"}).Outcome == decide.Allowed {
-			allowed++
-		}
-	}
+	allowed := countAllowed(t, d, decide.Input{Tenant: "t"}, 40)
 	assert.Equal(t, 10, allowed, "a global limit of 30 in one of 3 regions admits its share, 10")
 	dec := check(t, d, decide.Input{Client: "c"})
 	assert.Equal(t, int64(30), dec.Limit, "a regional limit is not divided")
@@ -279,12 +286,7 @@ policies:
 	require.NoError(t, err)
 	d := decide.New(memstore.New(nil), set, nil)
 	d.SetRegions(3)
-	allowed := 0
-	for range 40 {
-		if check(t, d, decide.Input{Tenant: "q", Client: "c"}).Outcome == decide.Allowed {
-			allowed++
-		}
-	}
+	allowed := countAllowed(t, d, decide.Input{Tenant: "q", Client: "c"}, 40)
 	assert.Equal(t, 30, allowed, "a global quota of 30 is not divided by the regions")
 	for range 12 {
 		check(t, d, decide.Input{Tenant: "t", IP: "10.0.0.1"})

@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -12,21 +11,13 @@ import (
 // Abort is a crash: the unspent tokens stay debited from the region (it
 // reports how many), Take fails, and a later Close returns nothing.
 func TestAbortStrandsUnspent(t *testing.T) {
-	clk := NewManualClock()
-	src := newFake(clk)
-	m, err := New(Options{Source: src, Clock: clk, SweepEvery: -1})
-	require.NoError(t, err)
-	s := spec(100, time.Hour, 100)
-	lim := newLimit(t, m, s, Config{MaxShare: 1}, false)
-	_, err = m.Take(context.Background(), lim, []byte("c"), 40)
-	require.NoError(t, err)
-	waitIdle(t, m) // the watermark refill may lease more, unspent
+	m, src, s, lim := spentForty(t)
 	before := src.tokens("rl:{c}:p:l", s)
 	stranded := m.Abort()
 	assert.InDelta(t, 60-before, float64(stranded), 0.01, "every token leased and not spent is reported stranded")
 	assert.Positive(t, stranded)
 	assert.InDelta(t, before, src.tokens("rl:{c}:p:l", s), 0.01, "nothing comes back to the region")
-	_, err = m.Take(context.Background(), lim, []byte("c"), 1)
+	_, err := m.Take(context.Background(), lim, []byte("c"), 1)
 	assert.ErrorIs(t, err, ErrClosed)
 	require.NoError(t, m.Close(context.Background()))
 	assert.InDelta(t, before, src.tokens("rl:{c}:p:l", s), 0.01, "Close after Abort returns nothing")

@@ -306,7 +306,10 @@ func TestDrainDemandAndEviction(t *testing.T) {
 	assert.True(t, r.Allowed)
 }
 
-func TestCloseReturnsUnspent(t *testing.T) {
+// spentForty is a manager whose node spent 40 of a 100-token bucket on
+// subject "c" (key rl:{c}:p:l) and holds the rest of its lease unspent.
+func spentForty(t *testing.T) (*Manager, *fakeRegion, algorithm.Spec, *Limit) {
+	t.Helper()
 	clk := NewManualClock()
 	src := newFake(clk)
 	m, err := New(Options{Source: src, Clock: clk, SweepEvery: -1})
@@ -316,10 +319,15 @@ func TestCloseReturnsUnspent(t *testing.T) {
 	_, err = m.Take(context.Background(), lim, []byte("c"), 40)
 	require.NoError(t, err)
 	waitIdle(t, m) // the watermark refill may lease more, unspent
+	return m, src, s, lim
+}
+
+func TestCloseReturnsUnspent(t *testing.T) {
+	m, src, s, lim := spentForty(t)
 	assert.LessOrEqual(t, src.tokens("rl:{c}:p:l", s), 60.0)
 	require.NoError(t, m.Close(context.Background()))
 	assert.InDelta(t, 60, src.tokens("rl:{c}:p:l", s), 0.01, "all unspent comes back at age 0; the 40 spent do not")
-	_, err = m.Take(context.Background(), lim, []byte("c"), 1)
+	_, err := m.Take(context.Background(), lim, []byte("c"), 1)
 	assert.ErrorIs(t, err, ErrClosed)
 }
 
