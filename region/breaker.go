@@ -231,12 +231,51 @@ func (s *Store) shardOf(ctx context.Context, key string) string {
 }
 
 // Shards reports each shard's breaker (those used recently). Empty when
-// breakers are disabled or nothing was called yet.
+// breakers are disabled or nothing was called yet. In a cluster, a
+// breaker of an address that no longer masters any slot (a master that
+// died and whose replica was promoted) is left out: it serves no key, and
+// its open breaker would otherwise report the region degraded until it is
+// forgotten (window + open-for after its last probe).
 func (s *Store) Shards() []ShardHealth {
 	if s.breakers == nil {
 		return nil
 	}
-	return s.breakers.health()
+	all := s.breakers.health()
+	masters := s.masters()
+	if masters == nil {
+		return all
+	}
+	out := all[:0]
+	for _, h := range all {
+		if h.Shard == unknownShard || masters[h.Shard] {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// masters is the set of master addresses in a cluster client's slot map,
+// or nil for a single server or when the map cannot be read.
+func (s *Store) masters() map[string]bool {
+	cc, ok := s.client.(*redis.ClusterClient)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	var mu sync.Mutex
+	m := map[string]bool{}
+	// ForEachMaster reads the cached slot map; the callback does no I/O.
+	err := cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		m[c.Options().Addr] = true
+		mu.Unlock()
+		return nil
+	})
+	if err != nil || len(m) == 0 {
+		return nil
+	}
+	return m
 }
 
 // Degraded reports whether some shard's breaker is not closed: part of the

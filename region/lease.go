@@ -167,6 +167,7 @@ func (s *Store) evalAll(ctx context.Context, script *redis.Script, keys [][]stri
 			return nil
 		})
 	}
+	s.reloadOnShardFailure(send, cmds)
 	return cmds
 }
 
