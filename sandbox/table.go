@@ -37,7 +37,8 @@ func (sb *Sandbox) WriteTable(w io.Writer) error {
 		targets = append(targets, r.Name+"="+r.NodeAddrs()[0])
 	}
 	_, err := fmt.Fprintf(w, `
-policies: %s (global limits at L/%d per region until a coordinator writes a share)
+policies: %s (global rate limits at L/%d per region until a coordinator writes a share;
+  global quotas counted in every region against the whole L)
 started in %v
 
 try:
