@@ -52,3 +52,19 @@ var Lease = redis.NewScript(leaseSrc)
 // decayed by the lease's age. ARGV has 5 values per key (limit, period in
 // ms, burst, unspent, age in µs). It returns the whole tokens credited.
 var Return = redis.NewScript(returnSrc)
+
+// Source returns the text of one of this package's scripts (for an EVAL
+// that a caller builds itself), or "" for any other script.
+func Source(s *redis.Script) string {
+	switch s {
+	case Check:
+		return checkSrc
+	case Refund:
+		return refundSrc
+	case Lease:
+		return leaseSrc
+	case Return:
+		return returnSrc
+	}
+	return ""
+}

@@ -2,6 +2,8 @@ package lua_test
 
 import (
 	"context"
+	"crypto/sha1"
+	"fmt"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -46,4 +48,16 @@ func TestCheckReply(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, v, 1+3*2)
 	assert.Equal(t, []int64{1, 6, 0, 400000, 1, 0, 3600000000}, v)
+}
+
+func TestSourceOfEveryScript(t *testing.T) {
+	for _, sc := range []*redis.Script{lua.Check, lua.Refund, lua.Lease, lua.Return} {
+		src := lua.Source(sc)
+		if sum := fmt.Sprintf("%x", sha1.Sum([]byte(src))); src == "" || sum != sc.Hash() {
+			t.Errorf("Source of %s: %d bytes hashing to %s", sc.Hash(), len(src), sum)
+		}
+	}
+	if lua.Source(redis.NewScript("return 1")) != "" {
+		t.Error("a foreign script has a source")
+	}
 }

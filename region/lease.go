@@ -148,7 +148,7 @@ func (s *Store) evalAll(ctx context.Context, script *redis.Script, keys [][]stri
 	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range keys {
 			if send[i] {
-				cmds[i] = script.EvalSha(ctx, p, keys[i], args[i]...)
+				cmds[i] = scriptCall(ctx, p, "evalsha", script.Hash(), keys[i], args[i])
 			}
 		}
 		return nil
@@ -162,13 +162,41 @@ func (s *Store) evalAll(ctx context.Context, script *redis.Script, keys [][]stri
 	if len(again) > 0 {
 		_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range again {
-				cmds[i] = script.Eval(ctx, p, keys[i], args[i]...)
+				cmds[i] = scriptCall(ctx, p, "eval", lua.Source(script), keys[i], args[i])
 			}
 			return nil
 		})
 	}
 	s.reloadOnShardFailure(send, cmds)
 	return cmds
+}
+
+// noRetry marks a script call that go-redis must not send again after a
+// connection error: the script may have run and only its reply been
+// lost, and a lease or a return run twice would debit or credit twice.
+// (MaxRetries: -1 covers single-server clients; a cluster pipeline
+// re-sends a batch after a broken connection within MaxRedirects unless
+// a command says NoRetry.) A MOVED or ASK redirect is still followed: the
+// script did not run on the wrong node.
+type noRetry struct{ *redis.Cmd }
+
+func (noRetry) NoRetry() bool { return true }
+
+// scriptCall queues name (EVALSHA or EVAL) of payload (the script's hash
+// or source) on keys with args, as redis.Script does, but marked noRetry.
+func scriptCall(ctx context.Context, p redis.Pipeliner, name, payload string, keys []string, args []any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, name, payload, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	a = append(a, args...)
+	c := redis.NewCmd(ctx, a...)
+	if len(keys) > 0 {
+		c.SetFirstKeyPos(3) // routes the call to the keys' slot
+	}
+	_ = p.Process(ctx, noRetry{c})
+	return c
 }
 
 func checkSpec(key string, sp algorithm.Spec) error {
