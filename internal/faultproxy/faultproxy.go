@@ -23,6 +23,7 @@ type Proxy struct {
 
 	latency atomic.Int64 // nanoseconds added before each forwarded chunk
 	hole    atomic.Bool  // swallow traffic, answer nothing
+	drop    atomic.Bool  // forward requests, then cut instead of replying
 	cut     atomic.Bool  // refuse and reset connections
 	admit   atomic.Pointer[func(line []byte) bool]
 
@@ -52,6 +53,11 @@ func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
 // BlackHole makes the proxy accept and read but never forward or answer,
 // like a peer that froze (SIGSTOP) or a dropped-packet partition.
 func (p *Proxy) BlackHole(on bool) { p.hole.Store(on) }
+
+// DropReplies makes the proxy forward what clients send but close the
+// connection instead of forwarding the server's answer: the request ran,
+// its reply is lost (a connection broken at the worst moment).
+func (p *Proxy) DropReplies(on bool) { p.drop.Store(on) }
 
 // Cut resets every open connection and refuses new ones until Heal.
 func (p *Proxy) Cut() {
@@ -142,11 +148,11 @@ func (p *Proxy) serve(client net.Conn) {
 	done := make(chan struct{}, 2)
 	go func() {
 		if src, ok := p.admitted(client, server); ok {
-			p.pipe(server, src)
+			p.pipe(server, src, false)
 		}
 		done <- struct{}{}
 	}()
-	go func() { p.pipe(client, server); done <- struct{}{} }()
+	go func() { p.pipe(client, server, true); done <- struct{}{} }()
 	<-done
 	// One side ended: close both so the other pipe ends too.
 	client.Close()
@@ -173,10 +179,15 @@ func (p *Proxy) admitted(client io.Reader, server io.Writer) (io.Reader, bool) {
 	return br, true
 }
 
-func (p *Proxy) pipe(dst io.Writer, src io.Reader) {
+// pipe copies src to dst with the faults in force; reply says src is
+// the server.
+func (p *Proxy) pipe(dst io.Writer, src io.Reader, reply bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if n > 0 && reply && p.drop.Load() {
+			return // the caller closes both sides: the answer is lost
+		}
 		if n > 0 {
 			if d := time.Duration(p.latency.Load()); d > 0 {
 				time.Sleep(d) // the fault being injected, not synchronisation
