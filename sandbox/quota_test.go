@@ -28,27 +28,36 @@ func TestSandboxGlobalQuota(t *testing.T) {
 	sb, err := sandbox.Start(ctx, sandbox.Config{Policies: "../examples/sandbox-policies.yaml", Masters: 1, Nodes: 1, Interval: 300 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, sb.Stop()) })
-	dial := func(region string) func(int) ratelimitv1.RateLimitResponse_Decision {
+	dial := func(region string) func(int) (ratelimitv1.RateLimitResponse_Decision, bool) {
 		c, err := sandbox.DialRegion(sb.Region(region))
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
-		return func(i int) ratelimitv1.RateLimitResponse_Decision {
+		return func(i int) (ratelimitv1.RateLimitResponse_Decision, bool) {
 			// A new client each time, so that only the tenant's quota binds.
 			a, err := c.Check(ctx, &ratelimitv1.RateLimitRequest{TenantId: "t-exports", Route: "/v1/export", ClientIdentifier: "c" + strconv.Itoa(i)})
 			require.NoError(t, err)
-			require.False(t, a.Degraded)
-			return a.Decision
+			return a.Decision, a.Degraded
 		}
 	}
 	us, eu := dial("us"), dial("eu")
-	allowed := 0
-	for i := range 1000 {
-		if us(i) == ratelimitv1.RateLimitResponse_ALLOWED {
+	// The nodes run with production deadlines (5 ms): under -race on a
+	// loaded machine a call may miss one and be decided without the store
+	// (degraded, failed open here). Only the store's answers count.
+	allowed, throttled := 0, false
+	for i := 0; i < 2000 && !throttled; i++ {
+		d, degraded := us(i)
+		switch {
+		case degraded:
+		case d == ratelimitv1.RateLimitResponse_ALLOWED:
 			allowed++
+		case d == ratelimitv1.RateLimitResponse_THROTTLED:
+			throttled = true
 		}
 	}
+	require.True(t, throttled, "us never reached the quota")
 	require.Equal(t, 1000, allowed, "us alone gets the whole global quota, not L/3")
-	require.Eventually(t, func() bool { return eu(-1) == ratelimitv1.RateLimitResponse_THROTTLED },
-		20*time.Second, 50*time.Millisecond, "eu never learnt us's count") // polling the node
-	require.Equal(t, ratelimitv1.RateLimitResponse_THROTTLED, us(-2), "us's own count is spent too")
+	require.Eventually(t, func() bool {
+		d, degraded := eu(-1)
+		return !degraded && d == ratelimitv1.RateLimitResponse_THROTTLED
+	}, 20*time.Second, 50*time.Millisecond, "eu never learnt us's count") // polling the node
 }
