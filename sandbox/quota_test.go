@@ -43,19 +43,25 @@ func TestSandboxGlobalQuota(t *testing.T) {
 	// The nodes run with production deadlines (5 ms): under -race on a
 	// loaded machine a call may miss one and be decided without the store
 	// (degraded, failed open here). Only the store's answers count.
-	allowed, throttled := 0, false
+	// A call that timed out may still have been counted by Redis, so the
+	// store's own ALLOWED answers are 1,000 less at most the degraded ones.
+	allowed, degraded, throttled := 0, 0, false
 	for i := 0; i < 2000 && !throttled; i++ {
-		d, degraded := us(i)
+		d, deg := us(i)
 		switch {
-		case degraded:
+		case deg:
+			degraded++
 		case d == ratelimitv1.RateLimitResponse_ALLOWED:
 			allowed++
 		case d == ratelimitv1.RateLimitResponse_THROTTLED:
 			throttled = true
 		}
 	}
+	t.Logf("us: %d allowed by the store, %d decided without it, then throttled", allowed, degraded)
 	require.True(t, throttled, "us never reached the quota")
-	require.Equal(t, 1000, allowed, "us alone gets the whole global quota, not L/3")
+	require.LessOrEqual(t, allowed, 1000, "never more than the quota")
+	require.GreaterOrEqual(t, allowed, 1000-degraded, "us alone gets the whole global quota, not L/3")
+	require.Greater(t, allowed, 1000/3, "us alone gets more than L/3")
 	require.Eventually(t, func() bool {
 		d, degraded := eu(-1)
 		return !degraded && d == ratelimitv1.RateLimitResponse_THROTTLED
