@@ -40,22 +40,7 @@ func TestRecoversAfterFailoverToReplica(t *testing.T) {
 	hourly := tb(100, time.Hour, 0) // refills one token per 36 s
 	rate := float64(hourly.Limit) / float64(hourly.Period.Microseconds())
 
-	nodes := redistest.ClusterNodes(t, 3)
-	addrs := make([]string, len(nodes))
-	for i, n := range nodes {
-		addrs[i] = n.Addr
-	}
-	var master *redistest.Instance
-	probe := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	m, err := probe.MasterForKey(ctx, key)
-	require.NoError(t, err)
-	require.NoError(t, probe.Close())
-	for _, n := range nodes {
-		if n.Addr == m.Options().Addr {
-			master = n
-		}
-	}
-	require.NotNil(t, master, "master of %s", key)
+	addrs, master := clusterWithKey(t, key)
 	replica := redistest.Replica(t, master)
 	t.Logf("key %s on master %s, replica %s", key, master.Addr, replica.Addr)
 
@@ -218,4 +203,26 @@ func TestRecoversAfterFailoverToReplica(t *testing.T) {
 	assert.Equal(t, region.BreakerClosed, newShard.State)
 
 	t.Logf("shards reported after recovery: %+v", s.Shards())
+}
+
+// clusterWithKey starts a 3-master cluster and returns its addresses and
+// the master serving key.
+func clusterWithKey(t *testing.T, key string) ([]string, *redistest.Instance) {
+	t.Helper()
+	nodes := redistest.ClusterNodes(t, 3)
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
+		addrs[i] = n.Addr
+	}
+	probe := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer probe.Close()
+	m, err := probe.MasterForKey(context.Background(), key)
+	require.NoError(t, err)
+	for _, n := range nodes {
+		if n.Addr == m.Options().Addr {
+			return addrs, n
+		}
+	}
+	t.Fatalf("no node is the master %s of %s", m.Options().Addr, key)
+	return nil, nil
 }

@@ -23,16 +23,10 @@ func TestScriptWithLostReplyIsNotResent(t *testing.T) {
 	redistest.Require(t)
 	ctx := context.Background()
 	const key = "rl:{resend}:x"
-	nodes := redistest.ClusterNodes(t, 3)
-	addrs := make([]string, len(nodes))
-	for i, n := range nodes {
-		addrs[i] = n.Addr
-	}
+	addrs, master := clusterWithKey(t, key)
+	masterAddr := master.Addr
 	probe := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { probe.Close() })
-	m, err := probe.MasterForKey(ctx, key)
-	require.NoError(t, err)
-	masterAddr := m.Options().Addr
 
 	// The key's master announces a proxy in front of it, so that every
 	// client reaches it through the proxy.

@@ -20,9 +20,8 @@ import (
 func AddReplica(ctx context.Context, master, replica string) error {
 	ctx, cancel := context.WithTimeout(ctx, StartTimeout)
 	defer cancel()
-	m := redis.NewClient(&redis.Options{Addr: master, MaxRetries: -1, Protocol: 2})
+	m, r := clients(master, replica)
 	defer m.Close()
-	r := redis.NewClient(&redis.Options{Addr: replica, MaxRetries: -1, Protocol: 2})
 	defer r.Close()
 
 	if err := m.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
@@ -129,9 +128,8 @@ func waitKnowsReplica(ctx context.Context, addr, replicaID, masterID string) err
 func WaitInSync(ctx context.Context, master, replica string) error {
 	ctx, cancel := context.WithTimeout(ctx, StartTimeout)
 	defer cancel()
-	m := redis.NewClient(&redis.Options{Addr: master, MaxRetries: -1, Protocol: 2})
+	m, r := clients(master, replica)
 	defer m.Close()
-	r := redis.NewClient(&redis.Options{Addr: replica, MaxRetries: -1, Protocol: 2})
 	defer r.Close()
 	if err := poll(ctx, func() (bool, string, error) {
 		mi, err := m.Info(ctx, "replication").Result()
@@ -204,4 +202,10 @@ func infoField(info, field string) string {
 		}
 	}
 	return ""
+}
+
+// clients returns one plain client for each of master and replica.
+func clients(master, replica string) (m, r *redis.Client) {
+	return redis.NewClient(&redis.Options{Addr: master, MaxRetries: -1, Protocol: 2}),
+		redis.NewClient(&redis.Options{Addr: replica, MaxRetries: -1, Protocol: 2})
 }
