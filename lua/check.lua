@@ -26,37 +26,8 @@
 -- doc comments): same state, same formulas in the same order, so integer
 -- maths agrees exactly and IEEE doubles agree bit for bit.
 
--- Redis' own clock, so client clock skew cannot mint tokens. Microseconds
--- fit a double exactly (< 2^53).
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-
--- idiv is floor(a / b) for integer-valued doubles below 2^53, corrected
--- for the rounding of the float division, so it equals Go's integer maths.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
-local function ceil_div(a, b)
-  return -idiv(-a, b)
-end
-
--- The TTL in ms for a key needed us more microseconds, plus a grace second
--- (algorithm.ttlMicros).
-local function ttl_ms(us)
-  return ceil_div(math.max(us, 0), 1000) + 1000
-end
-
--- An integer as its exact decimal: tostring() keeps only 14 digits.
-local function fmt(n)
-  return string.format('%.0f', n)
-end
+-- now, idiv, ceil_div, ttl_ms, fmt, window_at and extend_ttl come from
+-- common.lua, which lua.go prepends.
 
 -- read runs a read command on a key. A key of another Redis type means a
 -- policy changed this limit's algorithm: it reads as missing (stale = true)
@@ -70,17 +41,6 @@ local function read(...)
     error(r.err)
   end
   return r, false
-end
-
--- The window of now (algorithm.windowAt): index and time elapsed in it. A
--- stored window later than now's (the clock stepped back) stays current,
--- at its start, so counts are never forgotten early.
-local function window_at(w, stored)
-  local idx = idiv(now, w)
-  if stored ~= nil and stored > idx then
-    return stored, 0
-  end
-  return idx, now - idx * w
 end
 
 local function params(i)
@@ -160,7 +120,9 @@ algos.tb = {
     local ttl = math.ceil(p.burst / p.rate * 1000) + 1000
     -- A shared bucket's TTL is the coordinator's (share TTL): only extend
     -- it, or an idle key would drop its share.
-    if not p.shared or redis.call('PTTL', key) < ttl then
+    if p.shared then
+      extend_ttl(key, ttl)
+    else
       redis.call('PEXPIRE', key, ttl)
     end
   end,

@@ -12,6 +12,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// Every script is common.lua followed by its own file: the helpers they
+// share (the Redis clock, integer division, TTLs, windows) are written once.
+//
+//go:embed common.lua
+var commonSrc string
+
 var (
 	//go:embed check.lua
 	checkSrc string
@@ -25,11 +31,11 @@ var (
 // retry_us, reset_us per key}.
 //
 // A *redis.Script only caches its source and SHA1, so sharing it is safe.
-var Check = redis.NewScript(checkSrc)
+var Check = redis.NewScript(commonSrc + checkSrc)
 
 // Refund is refund.lua: it credits back what a successful Check took, with
 // the same KEYS and ARGV. It returns the number of buckets credited.
-var Refund = redis.NewScript(refundSrc)
+var Refund = redis.NewScript(commonSrc + refundSrc)
 
 // ArgsPerKey is how many ARGV values each key takes in Check and Refund.
 const ArgsPerKey = 5
@@ -46,25 +52,25 @@ var (
 // bucket keys; ARGV has 5 values per key (limit, period in ms, burst,
 // need, want). It returns {ok, then granted, left, retry_us, burst, rate
 // per key}; rate is a string.
-var Lease = redis.NewScript(leaseSrc)
+var Lease = redis.NewScript(commonSrc + leaseSrc)
 
 // Return is return.lua: it credits back tokens a lease did not spend,
 // decayed by the lease's age. ARGV has 5 values per key (limit, period in
 // ms, burst, unspent, age in µs). It returns the whole tokens credited.
-var Return = redis.NewScript(returnSrc)
+var Return = redis.NewScript(commonSrc + returnSrc)
 
 // Source returns the text of one of this package's scripts (for an EVAL
 // that a caller builds itself), or "" for any other script.
 func Source(s *redis.Script) string {
 	switch s {
 	case Check:
-		return checkSrc
+		return commonSrc + checkSrc
 	case Refund:
-		return refundSrc
+		return commonSrc + refundSrc
 	case Lease:
-		return leaseSrc
+		return commonSrc + leaseSrc
 	case Return:
-		return returnSrc
+		return commonSrc + returnSrc
 	}
 	return ""
 }

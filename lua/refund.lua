@@ -13,31 +13,8 @@
 --
 -- Returns the number of keys credited.
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-
--- idiv, ceil_div, ttl_ms, fmt, read, window_at: as in check.lua.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
-local function ceil_div(a, b)
-  return -idiv(-a, b)
-end
-
-local function ttl_ms(us)
-  return ceil_div(math.max(us, 0), 1000) + 1000
-end
-
-local function fmt(n)
-  return string.format('%.0f', n)
-end
+-- now, idiv, ceil_div, ttl_ms, fmt, window_at and extend_ttl come from
+-- common.lua, which lua.go prepends.
 
 -- A key of another type (the limit's algorithm changed since the take)
 -- has nothing of this take to give back: it reads as missing.
@@ -50,14 +27,6 @@ local function read(...)
     error(r.err)
   end
   return r
-end
-
-local function window_at(w, stored)
-  local idx = idiv(now, w)
-  if stored ~= nil and stored > idx then
-    return stored, 0
-  end
-  return idx, now - idx * w
 end
 
 local function params(i)
@@ -114,7 +83,9 @@ algos.tb = function(key, p)
   tokens = math.min(burst, tokens + p.cost)
   redis.call('HSET', key, 'tokens', tokens, 'ts', ts)
   local ttl = math.ceil(burst / rate * 1000) + 1000
-  if not shared or redis.call('PTTL', key) < ttl then
+  if shared then
+    extend_ttl(key, ttl)
+  else
     redis.call('PEXPIRE', key, ttl)
   end
   return 1

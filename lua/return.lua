@@ -19,18 +19,8 @@
 --
 -- Returns the whole tokens credited in total.
 
--- extend_ttl sets the key's TTL to ms unless it already lives longer: the
--- coordinator's share.lua may have set a longer TTL to keep the region's
--- share, and shortening it would drop the share while the key idles.
--- (PEXPIRE ... GT would never set a TTL on a key that has none.)
-local function extend_ttl(key, ms)
-  if redis.call('PTTL', key) < ms then
-    redis.call('PEXPIRE', key, ms)
-  end
-end
-
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- now, idiv, ceil_div, ttl_ms, fmt, window_at and extend_ttl come from
+-- common.lua, which lua.go prepends.
 
 local n = #KEYS
 if #ARGV ~= n * 5 then
