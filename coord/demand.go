@@ -47,17 +47,9 @@ func SubscribeDemand(nc *nats.Conn, region string, log *slog.Logger) (*Demand, e
 		log = slog.Default()
 	}
 	d := &Demand{log: log, sum: map[string][2]int64{}}
-	sub, err := nc.Subscribe(DemandPrefix+region, d.receive)
+	sub, err := subscribe(nc, DemandPrefix+region, d.receive)
 	if err != nil {
-		return nil, fmt.Errorf("coord: subscribe %s%s: %w", DemandPrefix, region, err)
-	}
-	if err := sub.SetPendingLimits(-1, 256<<20); err != nil {
-		sub.Unsubscribe()
-		return nil, fmt.Errorf("coord: pending limits: %w", err)
-	}
-	if err := nc.Flush(); err != nil {
-		sub.Unsubscribe()
-		return nil, fmt.Errorf("coord: flush subscription: %w", err)
+		return nil, err
 	}
 	d.sub = sub
 	return d, nil

@@ -42,23 +42,33 @@ func NewNATSTransport(nc *nats.Conn, region string, log *slog.Logger) (*NATSTran
 		log = slog.Default()
 	}
 	t := &NATSTransport{nc: nc, region: region, log: log, in: make(chan *coordv1.Message, inboxSize)}
-	sub, err := nc.Subscribe(SubjectPrefix+"*", t.receive)
+	sub, err := subscribe(nc, SubjectPrefix+"*", t.receive)
 	if err != nil {
-		return nil, fmt.Errorf("coord: subscribe %s*: %w", SubjectPrefix, err)
-	}
-	// Reports of 100,000 keys are a few MB per region and interval: let
-	// the subscription buffer that much rather than drop it as slow.
-	if err := sub.SetPendingLimits(-1, 256<<20); err != nil {
-		sub.Unsubscribe()
-		return nil, fmt.Errorf("coord: pending limits: %w", err)
-	}
-	// Make sure the server has the interest before anyone publishes.
-	if err := nc.Flush(); err != nil {
-		sub.Unsubscribe()
-		return nil, fmt.Errorf("coord: flush subscription: %w", err)
+		return nil, err
 	}
 	t.sub = sub
 	return t, nil
+}
+
+// subscribe subscribes fn to subject with room for bursts and returns
+// once the server has the interest, so nothing published after it is
+// missed. Reports (and demand snapshots) of 100,000 keys are a few MB per
+// region and interval: the subscription buffers that much rather than
+// drop it as slow.
+func subscribe(nc *nats.Conn, subject string, fn nats.MsgHandler) (*nats.Subscription, error) {
+	sub, err := nc.Subscribe(subject, fn)
+	if err != nil {
+		return nil, fmt.Errorf("coord: subscribe %s: %w", subject, err)
+	}
+	if err := sub.SetPendingLimits(-1, 256<<20); err != nil {
+		sub.Unsubscribe()
+		return nil, fmt.Errorf("coord: pending limits of %s: %w", subject, err)
+	}
+	if err := nc.Flush(); err != nil {
+		sub.Unsubscribe()
+		return nil, fmt.Errorf("coord: flush subscription to %s: %w", subject, err)
+	}
+	return sub, nil
 }
 
 func (t *NATSTransport) receive(msg *nats.Msg) {
