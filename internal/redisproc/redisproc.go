@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,6 +55,8 @@ type Server struct {
 	Addr string
 
 	opts Options
+	// busPort is the cluster bus port when Start chose it, else 0.
+	busPort int
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -83,6 +86,16 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 			port = p
 		}
 		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), opts: o}
+		if slices.Contains(o.Args, "--cluster-enabled") && !slices.Contains(o.Args, "--cluster-port") {
+			// Redis's default bus port is port+10000: above 65535 for a
+			// free port over 55535 (the server refuses to start), and
+			// possibly another test's port below. Pick a free one too.
+			bus, err := FreePort()
+			if err != nil {
+				return nil, err
+			}
+			s.busPort = bus
+		}
 		if lastErr = s.launch(ctx); lastErr == nil {
 			return s, nil
 		}
@@ -112,6 +125,9 @@ func (s *Server) launch(ctx context.Context) error {
 		"--appendonly", "no",
 		"--dir", s.opts.Dir,
 	}, s.opts.Args...)
+	if s.busPort != 0 {
+		args = append(args, "--cluster-port", strconv.Itoa(s.busPort))
+	}
 	logf, err := os.OpenFile(filepath.Join(s.opts.Dir, "redis.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("open log: %w", err)

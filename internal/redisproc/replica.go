@@ -35,7 +35,13 @@ func AddReplica(ctx context.Context, master, replica string) error {
 	if err != nil {
 		return fmt.Errorf("redisproc: master address %q: %w", master, err)
 	}
-	if err := r.ClusterMeet(ctx, host, port).Err(); err != nil {
+	bus, err := busPort(ctx, m)
+	if err != nil {
+		return fmt.Errorf("redisproc: %s: %w", master, err)
+	}
+	// MEET with the bus port: Start may have chosen one other than
+	// port+10000, which is all MEET assumes without it.
+	if err := r.Do(ctx, "CLUSTER", "MEET", host, port, bus).Err(); err != nil {
 		return fmt.Errorf("redisproc: %s: CLUSTER MEET %s: %w", replica, master, err)
 	}
 	// CLUSTER REPLICATE needs the handshake done (the replica knows master
@@ -208,4 +214,26 @@ func infoField(info, field string) string {
 func clients(master, replica string) (m, r *redis.Client) {
 	return redis.NewClient(&redis.Options{Addr: master, MaxRetries: -1, Protocol: 2}),
 		redis.NewClient(&redis.Options{Addr: replica, MaxRetries: -1, Protocol: 2})
+}
+
+// busPort is a cluster node's bus port, read from its own line ("myself")
+// of CLUSTER NODES: "<id> <ip>:<port>@<bus>[,<hostname>] <flags> ...".
+func busPort(ctx context.Context, c *redis.Client) (string, error) {
+	nodes, err := c.ClusterNodes(ctx).Result()
+	if err != nil {
+		return "", fmt.Errorf("CLUSTER NODES: %w", err)
+	}
+	for line := range strings.SplitSeq(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || !strings.Contains(f[2], "myself") {
+			continue
+		}
+		_, bus, ok := strings.Cut(f[1], "@")
+		if !ok {
+			break
+		}
+		bus, _, _ = strings.Cut(bus, ",")
+		return bus, nil
+	}
+	return "", fmt.Errorf("no bus port in CLUSTER NODES: %q", nodes)
 }
