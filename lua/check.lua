@@ -26,8 +26,9 @@
 -- doc comments): same state, same formulas in the same order, so integer
 -- maths agrees exactly and IEEE doubles agree bit for bit.
 
--- now, idiv, ceil_div, ttl_ms, fmt, window_at and extend_ttl come from
--- common.lua, which lua.go prepends.
+-- now, idiv, ceil_div, ttl_ms, fmt, window_at, extend_ttl, tb_rate and
+-- refill come from common.lua, and params and all_params from params.lua,
+-- which lua.go prepends.
 
 -- read runs a read command on a key. A key of another Redis type means a
 -- policy changed this limit's algorithm: it reads as missing (stale = true)
@@ -41,28 +42,6 @@ local function read(...)
     error(r.err)
   end
   return r, false
-end
-
-local function params(i)
-  local b = (i - 1) * 5
-  local p = {
-    algo = ARGV[b + 1],
-    limit = tonumber(ARGV[b + 2]),
-    period_ms = tonumber(ARGV[b + 3]),
-    burst = tonumber(ARGV[b + 4]),
-    cost = tonumber(ARGV[b + 5]),
-  }
-  if not (p.limit and p.period_ms and p.burst and p.cost) then
-    return redis.error_reply('ERR allot: non-numeric argument for key ' .. KEYS[i])
-  end
-  if p.limit <= 0 or p.period_ms <= 0 or p.burst < 0 or p.cost < 0 then
-    return redis.error_reply('ERR allot: invalid limit, period, burst or cost for key ' .. KEYS[i])
-  end
-  if p.burst == 0 then
-    p.burst = p.limit
-  end
-  p.window = p.period_ms * 1000
-  return p
 end
 
 -- Each algorithm has:
@@ -80,11 +59,7 @@ local algos = {}
 -- Token bucket: algorithm.BucketState.
 algos.tb = {
   check = function(key, p)
-    -- Go computes Limit / Period.Seconds(), and Seconds() is whole seconds
-    -- plus nanoseconds/1e9. Doing the same keeps the rate bit-identical.
-    local whole = math.floor(p.period_ms / 1000)
-    local secs = whole + ((p.period_ms - whole * 1000) * 1000000) / 1e9
-    p.rate = p.limit / secs
+    p.rate = tb_rate(p.limit, p.period_ms)
     local h, stale = read('HMGET', key, 'tokens', 'ts', 'rate', 'burst')
     local tokens, ts
     if h then
@@ -99,14 +74,7 @@ algos.tb = {
     if tokens == nil or ts == nil then
       tokens, ts = p.burst, now -- a missing bucket is full
     else
-      local elapsed = now - ts
-      if elapsed < 0 then
-        elapsed = 0 -- a clock that steps back must not mint or burn tokens
-      end
-      tokens = math.min(p.burst, tokens + elapsed * p.rate / 1e6)
-      if now > ts then
-        ts = now
-      end
+      tokens, ts = refill(tokens, ts, p.rate, p.burst)
     end
     return tokens >= p.cost, { tokens = tokens, ts = ts, stale = stale }
   end,
@@ -365,21 +333,10 @@ algos.fw = {
 }
 
 local n = #KEYS
-if #ARGV ~= n * 5 then
-  return redis.error_reply('ERR allot: want 5 ARGV per key, got ' .. #ARGV .. ' for ' .. n .. ' keys')
-end
-
 -- Validate every key's arguments before reading any.
-local ps = {}
-for i = 1, n do
-  local p = params(i)
-  if p.err then
-    return p
-  end
-  if algos[p.algo] == nil then
-    return redis.error_reply('ERR allot: unknown algorithm ' .. tostring(p.algo))
-  end
-  ps[i] = p
+local ps, err = all_params(algos)
+if err then
+  return err
 end
 
 local states, allowed = {}, true

@@ -54,3 +54,18 @@ local function extend_ttl(key, ms)
     redis.call('PEXPIRE', key, ms)
   end
 end
+
+-- tb_rate is a token bucket's tokens per second as Go computes it: Limit /
+-- Period.Seconds(), and Seconds() is whole seconds plus nanoseconds/1e9.
+-- Doing the same keeps the scripts and package algorithm bit-identical.
+local function tb_rate(limit, period_ms)
+  local whole = math.floor(period_ms / 1000)
+  return limit / (whole + ((period_ms - whole * 1000) * 1000000) / 1e9)
+end
+
+-- refill is a token bucket's tokens and timestamp at now, from tokens
+-- stored at ts. A clock that steps back must not mint or burn tokens.
+local function refill(tokens, ts, rate, burst)
+  local elapsed = math.max(now - ts, 0)
+  return math.min(burst, tokens + elapsed * rate / 1e6), math.max(ts, now)
+end

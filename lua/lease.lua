@@ -27,8 +27,8 @@
 --   burst     effective burst (policy or coordinator share)
 --   rate      effective rate in tokens/s, as a string (may be fractional)
 
--- now, idiv, ceil_div, ttl_ms, fmt, window_at and extend_ttl come from
--- common.lua, which lua.go prepends.
+-- now, idiv, ceil_div, ttl_ms, fmt, window_at, extend_ttl, tb_rate and
+-- refill come from common.lua, which lua.go prepends.
 
 local n = #KEYS
 if #ARGV ~= n * 5 then
@@ -54,9 +54,7 @@ local function params(i)
     p.burst = p.limit
   end
   -- Same rate maths as check.lua, so leased and exact agree on a bucket.
-  local whole = math.floor(p.period_ms / 1000)
-  local secs = whole + ((p.period_ms - whole * 1000) * 1000000) / 1e9
-  p.rate = p.limit / secs
+  p.rate = tb_rate(p.limit, p.period_ms)
   return p
 end
 
@@ -80,14 +78,7 @@ for i = 1, n do
   if not exists then
     tokens, ts = p.burst, now -- a missing bucket is full
   else
-    local elapsed = now - ts
-    if elapsed < 0 then
-      elapsed = 0 -- a clock that steps back must not mint or burn tokens
-    end
-    tokens = math.min(p.burst, tokens + elapsed * p.rate / 1e6)
-    if now > ts then
-      ts = now
-    end
+    tokens, ts = refill(tokens, ts, p.rate, p.burst)
   end
   local retry = 0
   if p.need > p.burst then

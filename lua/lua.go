@@ -19,6 +19,10 @@ import (
 var commonSrc string
 
 var (
+	// params.lua follows common.lua in check.lua and refund.lua: the ARGV
+	// layout the two share.
+	//go:embed params.lua
+	paramsSrc string
 	//go:embed check.lua
 	checkSrc string
 	//go:embed refund.lua
@@ -31,11 +35,11 @@ var (
 // retry_us, reset_us per key}.
 //
 // A *redis.Script only caches its source and SHA1, so sharing it is safe.
-var Check = redis.NewScript(commonSrc + checkSrc)
+var Check = redis.NewScript(commonSrc + paramsSrc + checkSrc)
 
 // Refund is refund.lua: it credits back what a successful Check took, with
 // the same KEYS and ARGV. It returns the number of buckets credited.
-var Refund = redis.NewScript(commonSrc + refundSrc)
+var Refund = redis.NewScript(commonSrc + paramsSrc + refundSrc)
 
 // ArgsPerKey is how many ARGV values each key takes in Check and Refund.
 const ArgsPerKey = 5
@@ -64,9 +68,9 @@ var Return = redis.NewScript(commonSrc + returnSrc)
 func Source(s *redis.Script) string {
 	switch s {
 	case Check:
-		return commonSrc + checkSrc
+		return commonSrc + paramsSrc + checkSrc
 	case Refund:
-		return commonSrc + refundSrc
+		return commonSrc + paramsSrc + refundSrc
 	case Lease:
 		return commonSrc + leaseSrc
 	case Return:

@@ -13,8 +13,9 @@
 --
 -- Returns the number of keys credited.
 
--- now, idiv, ceil_div, ttl_ms, fmt, window_at and extend_ttl come from
--- common.lua, which lua.go prepends.
+-- now, idiv, ceil_div, ttl_ms, fmt, window_at, extend_ttl, tb_rate and
+-- refill come from common.lua, and params and all_params from params.lua,
+-- which lua.go prepends.
 
 -- A key of another type (the limit's algorithm changed since the take)
 -- has nothing of this take to give back: it reads as missing.
@@ -29,35 +30,11 @@ local function read(...)
   return r
 end
 
-local function params(i)
-  local b = (i - 1) * 5
-  local p = {
-    algo = ARGV[b + 1],
-    limit = tonumber(ARGV[b + 2]),
-    period_ms = tonumber(ARGV[b + 3]),
-    burst = tonumber(ARGV[b + 4]),
-    cost = tonumber(ARGV[b + 5]),
-  }
-  if not (p.limit and p.period_ms and p.burst and p.cost) then
-    return redis.error_reply('ERR allot: non-numeric argument for key ' .. KEYS[i])
-  end
-  if p.limit <= 0 or p.period_ms <= 0 or p.burst < 0 or p.cost < 0 then
-    return redis.error_reply('ERR allot: invalid limit, period, burst or cost for key ' .. KEYS[i])
-  end
-  if p.burst == 0 then
-    p.burst = p.limit
-  end
-  p.window = p.period_ms * 1000
-  return p
-end
-
 local algos = {}
 
 algos.tb = function(key, p)
   -- Same rate and TTL maths as check.lua (see there).
-  local whole = math.floor(p.period_ms / 1000)
-  local secs = whole + ((p.period_ms - whole * 1000) * 1000000) / 1e9
-  local rate, burst = p.limit / secs, p.burst
+  local rate, burst = tb_rate(p.limit, p.period_ms), p.burst
   local h = read('HMGET', key, 'tokens', 'ts', 'rate', 'burst')
   if h == nil then
     return 0
@@ -72,14 +49,7 @@ algos.tb = function(key, p)
   if shared then
     rate, burst = r, b
   end
-  local elapsed = now - ts
-  if elapsed < 0 then
-    elapsed = 0
-  end
-  tokens = math.min(burst, tokens + elapsed * rate / 1e6)
-  if now > ts then
-    ts = now
-  end
+  tokens, ts = refill(tokens, ts, rate, burst)
   tokens = math.min(burst, tokens + p.cost)
   redis.call('HSET', key, 'tokens', tokens, 'ts', ts)
   local ttl = math.ceil(burst / rate * 1000) + 1000
@@ -152,21 +122,10 @@ algos.fw = function(key, p)
 end
 
 local n = #KEYS
-if #ARGV ~= n * 5 then
-  return redis.error_reply('ERR allot: want 5 ARGV per key, got ' .. #ARGV .. ' for ' .. n .. ' keys')
-end
-
 -- Validate everything before writing anything.
-local ps = {}
-for i = 1, n do
-  local p = params(i)
-  if p.err then
-    return p
-  end
-  if algos[p.algo] == nil then
-    return redis.error_reply('ERR allot: unknown algorithm ' .. tostring(p.algo))
-  end
-  ps[i] = p
+local ps, err = all_params(algos)
+if err then
+  return err
 end
 
 local credited = 0

@@ -19,8 +19,8 @@
 --
 -- Returns the whole tokens credited in total.
 
--- now, idiv, ceil_div, ttl_ms, fmt, window_at and extend_ttl come from
--- common.lua, which lua.go prepends.
+-- now, idiv, ceil_div, ttl_ms, fmt, window_at, extend_ttl, tb_rate and
+-- refill come from common.lua, which lua.go prepends.
 
 local n = #KEYS
 if #ARGV ~= n * 5 then
@@ -41,9 +41,7 @@ for i = 1, n do
   if burst == 0 then
     burst = limit
   end
-  local whole = math.floor(period_ms / 1000)
-  local secs = whole + ((period_ms - whole * 1000) * 1000000) / 1e9
-  local rate = limit / secs
+  local rate = tb_rate(limit, period_ms)
   local h = redis.call('HMGET', KEYS[i], 'tokens', 'ts', 'rate', 'burst', 'granted')
   local r, bb = tonumber(h[3]), tonumber(h[4])
   if r and r > 0 then
@@ -54,14 +52,7 @@ for i = 1, n do
   end
   local tokens, ts = tonumber(h[1]), tonumber(h[2])
   if tokens ~= nil and ts ~= nil and unspent > 0 then
-    local elapsed = now - ts
-    if elapsed < 0 then
-      elapsed = 0
-    end
-    tokens = math.min(burst, tokens + elapsed * rate / 1e6)
-    if now > ts then
-      ts = now
-    end
+    tokens, ts = refill(tokens, ts, rate, burst)
     local credit = math.max(0, unspent - rate * age / 1e6)
     local before = tokens
     tokens = math.min(burst, tokens + credit)
