@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -289,66 +290,91 @@ func (s *Store) Degraded() bool {
 	return false
 }
 
+// admission is guard's verdict on the calls of one pipeline.
+type admission struct {
+	// via[i] is 1 + the index in shards of call i's shard, or 0 when the
+	// call is not sent (no keys, or its shard's breaker refused it).
+	via    []int
+	shards []admittedShard
+}
+
+// admittedShard is one shard asked once per pipeline: done reports the
+// outcome to its breaker; nil when the breaker refused (err says why) or
+// when breakers are disabled.
+type admittedShard struct {
+	addr string
+	done func(error)
+	err  error
+}
+
+func (a admission) sent(i int) bool { return a.via[i] > 0 }
+
 // guard admits the calls of one pipeline shard by shard. For each call i
 // with keys, it finds the shard and asks its breaker once per shard; calls
 // to a shard that refuses get an error command (ErrUnavailable) and are
-// not sent. It returns which calls to send and a function that reports
-// the outcome of the sent commands to their breakers.
-func (s *Store) guard(ctx context.Context, keys [][]string, cmds []*redis.Cmd) (send []bool, report func()) {
-	send = make([]bool, len(keys))
+// not sent. A pipeline touches a handful of shards, so they are found by
+// a linear scan rather than a map: this runs once per decision.
+func (s *Store) guard(ctx context.Context, keys [][]string, cmds []*redis.Cmd) admission {
+	a := admission{via: make([]int, len(keys))}
 	if s.breakers == nil {
+		a.shards = []admittedShard{{}}
 		for i := range keys {
-			send[i] = keys[i] != nil
+			if keys[i] != nil {
+				a.via[i] = 1
+			}
 		}
-		return send, func() {}
+		return a
 	}
-	type admitted struct {
-		done  func(error)
-		calls []int
-	}
-	shards := map[string]*admitted{}
-	refused := map[string]error{}
 	for i, k := range keys {
 		if k == nil {
 			continue
 		}
-		shard := s.shardOf(ctx, k[0])
-		if a := shards[shard]; a != nil {
-			a.calls = append(a.calls, i)
-			send[i] = true
+		addr := s.shardOf(ctx, k[0])
+		si := slices.IndexFunc(a.shards, func(sh admittedShard) bool { return sh.addr == addr })
+		if si < 0 {
+			sh := admittedShard{addr: addr}
+			done, berr := s.breakers.get(addr).cb.Allow()
+			if berr == nil {
+				sh.done = done
+			} else {
+				sh.err = fmt.Errorf("%w: %s: %w", ErrUnavailable, addr, berr)
+			}
+			a.shards = append(a.shards, sh)
+			si = len(a.shards) - 1
+		}
+		if err := a.shards[si].err; err != nil {
+			c := redis.NewCmd(ctx)
+			c.SetErr(err)
+			cmds[i] = c
 			continue
 		}
-		err, seen := refused[shard]
-		if !seen {
-			done, berr := s.breakers.get(shard).cb.Allow()
-			if berr == nil {
-				shards[shard] = &admitted{done: done, calls: []int{i}}
-				send[i] = true
+		a.via[i] = si + 1
+	}
+	return a
+}
+
+// report tells each admitting breaker the outcome of its shard's calls.
+// The worst outcome speaks for the shard: a failure, else a cancellation
+// (excluded from the counts), else success.
+func (a admission) report(cmds []*redis.Cmd) {
+	for si, sh := range a.shards {
+		if sh.done == nil {
+			continue
+		}
+		var outcome error
+		for i, v := range a.via {
+			if v != si+1 {
 				continue
 			}
-			err = fmt.Errorf("%w: %s: %w", ErrUnavailable, shard, berr)
-			refused[shard] = err
-		}
-		c := redis.NewCmd(ctx)
-		c.SetErr(err)
-		cmds[i] = c
-	}
-	return send, func() {
-		for _, a := range shards {
-			// The worst outcome speaks for the shard: a failure, else a
-			// cancellation (excluded from the counts), else success.
-			var outcome error
-			for _, i := range a.calls {
-				err := cmds[i].Err()
-				if shardFailure(err) {
-					outcome = err
-					break
-				}
-				if errors.Is(err, context.Canceled) {
-					outcome = err
-				}
+			err := cmds[i].Err()
+			if shardFailure(err) {
+				outcome = err
+				break
 			}
-			a.done(outcome)
+			if errors.Is(err, context.Canceled) {
+				outcome = err
+			}
 		}
+		sh.done(outcome)
 	}
 }

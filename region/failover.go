@@ -15,13 +15,13 @@ import (
 // for up to a minute after the promotion. The reload is asynchronous and
 // coalesced by go-redis (at most one at a time, 200 ms apart), so a burst
 // of failures costs one CLUSTER SLOTS, not one per call.
-func (s *Store) reloadOnShardFailure(send []bool, cmds []*redis.Cmd) {
+func (s *Store) reloadOnShardFailure(adm admission, cmds []*redis.Cmd) {
 	cc, ok := s.client.(*redis.ClusterClient)
 	if !ok {
 		return
 	}
 	for i, c := range cmds {
-		if send[i] && c != nil && shardFailure(c.Err()) {
+		if adm.sent(i) && c != nil && shardFailure(c.Err()) {
 			cc.ReloadState(context.Background())
 			return
 		}

@@ -141,33 +141,32 @@ func (s *Store) Return(ctx context.Context, items []ReturnItem) (int64, error) {
 // through here, so every call is guarded and counted by its breaker.
 func (s *Store) evalAll(ctx context.Context, script *redis.Script, keys [][]string, args [][]any) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(keys))
-	send, report := s.guard(ctx, keys, cmds)
-	defer report()
+	adm := s.guard(ctx, keys, cmds)
+	defer adm.report(cmds)
 	// The pipeline's own error is the first command error; each command
-	// carries its own, so it is inspected per command below.
-	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range keys {
-			if send[i] {
-				cmds[i] = scriptCall(ctx, p, "evalsha", script.Hash(), keys[i], args[i])
-			}
+	// carries its own, so it is inspected per command below. (Pipeline
+	// and Exec rather than Pipelined: no closure to allocate per call.)
+	p := s.client.Pipeline()
+	for i := range keys {
+		if adm.sent(i) {
+			cmds[i] = scriptCall(ctx, p, "evalsha", script.Hash(), keys[i], args[i])
 		}
-		return nil
-	})
+	}
+	_, _ = p.Exec(ctx)
 	var again []int
 	for i, c := range cmds {
-		if send[i] && redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+		if adm.sent(i) && redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
 			again = append(again, i)
 		}
 	}
 	if len(again) > 0 {
-		_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, i := range again {
-				cmds[i] = scriptCall(ctx, p, "eval", lua.Source(script), keys[i], args[i])
-			}
-			return nil
-		})
+		p := s.client.Pipeline()
+		for _, i := range again {
+			cmds[i] = scriptCall(ctx, p, "eval", lua.Source(script), keys[i], args[i])
+		}
+		_, _ = p.Exec(ctx)
 	}
-	s.reloadOnShardFailure(send, cmds)
+	s.reloadOnShardFailure(adm, cmds)
 	return cmds
 }
 

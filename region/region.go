@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -338,26 +339,16 @@ func (s *Store) Refund(ctx context.Context, groups []algorithm.Group) error {
 // reloads the cache. cmds[i] is nil for empty groups. Per-command errors
 // are left in the commands; only argument errors are returned.
 func (s *Store) run(ctx context.Context, script *redis.Script, groups []algorithm.Group) ([]*redis.Cmd, error) {
-	type call struct {
-		keys []string
-		args []any
-	}
-	calls := make([]call, len(groups))
+	keys := make([][]string, len(groups))
+	args := make([][]any, len(groups))
 	for i, g := range groups {
 		if len(g) == 0 {
 			continue
 		}
-		keys, args, err := scriptArgs(g)
-		if err != nil {
+		var err error
+		if keys[i], args[i], err = scriptArgs(g); err != nil {
 			return nil, fmt.Errorf("group %d: %w", i, err)
 		}
-		calls[i] = call{keys, args}
-	}
-
-	keys := make([][]string, len(calls))
-	args := make([][]any, len(calls))
-	for i, c := range calls {
-		keys[i], args[i] = c.keys, c.args
 	}
 	return s.evalAll(ctx, script, keys, args), nil
 }
@@ -376,7 +367,6 @@ func scriptArgs(g algorithm.Group) ([]string, []any, error) {
 	keys := make([]string, len(g))
 	args := make([]any, 0, len(g)*lua.ArgsPerKey)
 	tag := hashTag(g[0].Key)
-	seen := make(map[string]bool, len(g))
 	for i, it := range g {
 		// Validate also rejects sub-millisecond periods: the scripts take
 		// milliseconds, and Redis and package algorithm would disagree.
@@ -386,7 +376,7 @@ func scriptArgs(g algorithm.Group) ([]string, []any, error) {
 		switch {
 		case it.Cost < 0:
 			return nil, nil, fmt.Errorf("key %q: cost %d must not be negative", it.Key, it.Cost)
-		case seen[it.Key]:
+		case slices.Contains(keys[:i], it.Key):
 			// Two items on one bucket would each be checked against the
 			// same tokens and the second write would hide the first take.
 			return nil, nil, fmt.Errorf("key %q appears twice in one group", it.Key)
@@ -395,7 +385,6 @@ func scriptArgs(g algorithm.Group) ([]string, []any, error) {
 			// single server too, so a deployment change cannot break it.
 			return nil, nil, fmt.Errorf("keys %q and %q do not share a hash tag", g[0].Key, it.Key)
 		}
-		seen[it.Key] = true
 		keys[i] = it.Key
 		args = append(args, it.Spec.Algorithm.Code(), it.Spec.Limit, it.Spec.Period.Milliseconds(), it.Spec.Capacity(), it.Cost)
 	}
