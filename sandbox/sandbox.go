@@ -124,7 +124,7 @@ type Region struct {
 
 // Start brings the whole topology up and returns once every component
 // answers. On error everything already started is stopped.
-func Start(ctx context.Context, cfg Config) (sb *Sandbox, err error) {
+func Start(ctx context.Context, cfg Config) (_ *Sandbox, err error) {
 	cfg.defaults()
 	if cfg.Policies == "" {
 		return nil, errors.New("sandbox: Config.Policies is required")
@@ -138,17 +138,18 @@ func Start(ctx context.Context, cfg Config) (sb *Sandbox, err error) {
 	}
 	cfg.Policies = abs
 	t0 := time.Now()
-	sb = &Sandbox{cfg: cfg, dir: cfg.Dir}
+	sb := &Sandbox{cfg: cfg, dir: cfg.Dir}
 	if sb.dir == "" {
 		if sb.dir, err = os.MkdirTemp("", "allot-sandbox-"); err != nil {
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
 		sb.ownDir = true
 	}
+	// sb is not the named result: every "return nil, err" below would
+	// otherwise nil it before this runs.
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, sb.Stop())
-			sb = nil
 		}
 	}()
 	if sb.nats, err = startNATS(ctx, cfg); err != nil {

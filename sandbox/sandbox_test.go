@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -44,5 +45,31 @@ func TestStartDecideStop(t *testing.T) {
 			c.Close()
 		}
 		require.Error(t, err, "redis-server %s still listens after Stop", a)
+	}
+}
+
+// A Start that fails part-way returns its error (it used to panic in its
+// own clean-up) and stops what it had started.
+func TestFailedStartStopsWhatItStarted(t *testing.T) {
+	redistest.Require(t)
+	var started []string
+	_, err := sandbox.Start(context.Background(), sandbox.Config{
+		Policies: "../examples/sandbox-policies.yaml", Masters: 1, Nodes: 1,
+		RedisProxy: func(region string, _ int, target string) (string, error) {
+			if region == "eu" {
+				return "", errors.New("injected failure")
+			}
+			started = append(started, target)
+			return target, nil
+		},
+	})
+	require.ErrorContains(t, err, "injected failure")
+	require.NotEmpty(t, started, "us's redis-server was started before eu failed")
+	for _, a := range started {
+		c, err := net.DialTimeout("tcp", a, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		require.Error(t, err, "redis-server %s still listens after a failed Start", a)
 	}
 }
