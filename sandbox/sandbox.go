@@ -210,7 +210,11 @@ func (r *Region) startRedis(ctx context.Context) error {
 				return fmt.Errorf("sandbox: redis proxy for %s: %w", target, err)
 			}
 			if cfg.Masters > 1 {
-				o.Args = append(o.Args, announceArgs(client, port)...)
+				announce, err := announceArgs(client)
+				if err != nil {
+					return err
+				}
+				o.Args = append(o.Args, announce...)
 			}
 		}
 		srv, err := redisproc.Start(ctx, o)
@@ -236,14 +240,20 @@ func (r *Region) startRedis(ctx context.Context) error {
 }
 
 // announceArgs make a cluster master tell clients to reach it at the
-// proxy's address, while the cluster bus stays on the real port + 10000.
-func announceArgs(proxy string, port int) []string {
+// proxy's address, while the cluster bus stays direct, on a free port of
+// its own that the master announces too.
+func announceArgs(proxy string) ([]string, error) {
 	_, p, _ := splitHostPort(proxy)
+	bus, err := redisproc.FreePort()
+	if err != nil {
+		return nil, err
+	}
 	return []string{
 		"--cluster-announce-ip", "127.0.0.1",
 		"--cluster-announce-port", p,
-		"--cluster-announce-bus-port", strconv.Itoa(port + 10000),
-	}
+		"--cluster-port", strconv.Itoa(bus),
+		"--cluster-announce-bus-port", strconv.Itoa(bus),
+	}, nil
 }
 
 // refusedGateway is the gateway address servers advertise when their

@@ -87,9 +87,10 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		}
 		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), opts: o}
 		if slices.Contains(o.Args, "--cluster-enabled") && !slices.Contains(o.Args, "--cluster-port") {
-			// Redis's default bus port is port+10000: above 65535 for a
-			// free port over 55535 (the server refuses to start), and
-			// possibly another test's port below. Pick a free one too.
+			// Redis's default bus port, port+10000, is never checked:
+			// it can be another test's listener or connection (it falls
+			// in the ephemeral range), or above 65535 for a port over
+			// 55535. Pick a free one as for the port.
 			bus, err := FreePort()
 			if err != nil {
 				return nil, err
