@@ -202,7 +202,7 @@ func TestChaos(t *testing.T) {
 // hotKey renders the Redis bucket key of the load's hot key (loadgen's
 // Hot sends every request to key prefix+"0") as the node does
 // (Compiled.Subject, CompiledLimit.Key), and finds the us master serving
-// its slot (sandbox.Region.ShardOf: CLUSTER KEYSLOT, CLUSTER SLOTS).
+// its slot (sandbox.Region.ShardOf: CLUSTER KEYSLOT, CLUSTER NODES).
 func (w *world) hotKey(prefix string) hotKey {
 	req := &policy.Request{Client: prefix + "0"}
 	var p *policy.Compiled

@@ -11,9 +11,9 @@
 --
 -- The credit is max(0, unspent - rate * age): a returned token re-enters
 -- the bucket only for what the bucket has not already refilled since the
--- grant. This is what keeps the overshoot bound of docs/leasing.md free of
--- the number of nodes: without the decay a return would restart a token's
--- lease life (see the proof there). The credit is capped at the burst, and
+-- grant. This is what keeps the overshoot bound (ARCHITECTURE.md, "The
+-- overshoot bound") free of the number of nodes: without the decay a
+-- return would restart a token's lease life (see the proof there). The credit is capped at the burst, and
 -- 'granted' is lowered by unspent (it then counts tokens really used or
 -- lost). A missing bucket is full already: nothing to do.
 --
