@@ -98,7 +98,10 @@ func New(store Store, set *policy.Set, log *slog.Logger) *Decider {
 
 // SetPolicies replaces the policy set. Counters are untouched: a changed
 // limit applies to the existing bucket under the same key.
-func (d *Decider) SetPolicies(s *policy.Set) { d.policies.Store(s) }
+func (d *Decider) SetPolicies(s *policy.Set) {
+	d.policies.Store(s)
+	d.warnUndividable(s, d.regions)
+}
 
 // SetRegions tells the decider that n regions share every `scope: global`
 // limit. A global rate limit then enforces the default share L/n
@@ -112,6 +115,32 @@ func (d *Decider) SetPolicies(s *policy.Set) { d.policies.Store(s) }
 func (d *Decider) SetRegions(n int) {
 	d.regions = n
 	d.view.Store(nil)
+	d.warnUndividable(d.policies.Load(), n)
+}
+
+// warnUndividable logs each global rate limit too small to split among n
+// regions: Spec.Share gives every region at least 1, so until a
+// coordinator writes shares the regions may together admit n per period
+// where the policy says less (docs/multi-region.md, Theorem 1). It says
+// so rather than refusing the set: the limit is still enforced, loosely.
+func (d *Decider) warnUndividable(s *policy.Set, n int) {
+	if s == nil || n <= 1 {
+		return
+	}
+	s.Each(func(pol *policy.Compiled) {
+		if !pol.Global {
+			return
+		}
+		for _, l := range pol.Limits {
+			if l.Spec.Algorithm == algorithm.FixedWindow {
+				continue // a global quota enforces the whole L
+			}
+			if l.Spec.Limit < int64(n) || l.Spec.Capacity() < int64(n) {
+				d.log.Warn("global limit below the number of regions: each region's default share is 1, so they may admit more than the limit until a coordinator writes shares",
+					"policy", pol.ID, "limit", l.Name, "limit_value", l.Spec.Limit, "burst", l.Spec.Capacity(), "regions", n)
+			}
+		}
+	})
 }
 
 // regionalSpec is the spec this region enforces for limit l of pol.

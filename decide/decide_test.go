@@ -1,7 +1,10 @@
 package decide_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -270,6 +273,29 @@ policies:
 	assert.Equal(t, 10, allowed, "a global limit of 30 in one of 3 regions admits its share, 10")
 	dec := check(t, d, decide.Input{Client: "c"})
 	assert.Equal(t, int64(30), dec.Limit, "a regional limit is not divided")
+}
+
+// A global rate limit below the number of regions cannot be split (each
+// region's default share is at least 1): the decider says so, for every
+// such limit and only those, when it learns n or gets a new set.
+func TestUndividableGlobalLimitIsLogged(t *testing.T) {
+	set, err := policy.Load("t", []byte(`
+policies:
+  - {id: tiny, scope: global, match: {tenant: t}, per: [tenant], limits: [{name: s, algorithm: token_bucket, limit: 2, period: 1s}, {name: h, algorithm: token_bucket, limit: 300, period: 1h}]}
+  - {id: quota, scope: global, match: {tenant: q}, per: [tenant], limits: [{name: d, algorithm: fixed_window, limit: 2, period: 24h}]}
+  - {id: regional, per: [client], limits: [{name: s, algorithm: token_bucket, limit: 1, period: 1s}]}
+`))
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	d := decide.New(memstore.New(nil), set, slog.New(slog.NewTextHandler(&buf, nil)))
+	assert.Empty(t, buf.String(), "one region: nothing to split")
+	d.SetRegions(3)
+	out := buf.String()
+	assert.Equal(t, 1, strings.Count(out, "global limit below the number of regions"), out)
+	assert.Contains(t, out, "policy=tiny limit=s")
+	buf.Reset()
+	d.SetPolicies(set)
+	assert.Equal(t, 1, strings.Count(buf.String(), "global limit below the number of regions"), "again for a new set")
 }
 
 // A global quota (fixed window) is enforced whole in each region: the
