@@ -14,12 +14,14 @@ build:
 
 # The main job: a standalone node with the example policies.
 run:
-	go run ./cmd/node --policies examples/policies.yaml
+	go build -o bin/allot-node ./cmd/node
+	exec bin/allot-node --policies examples/policies.yaml
 
 # The 3-region sandbox on this machine (sandbox/): real redis-servers,
 # embedded NATS supercluster, coordinators and nodes. Ctrl-C stops it all.
 sandbox:
-	go run ./cmd/allot-sandbox
+	go build -o bin/allot-sandbox ./cmd/allot-sandbox
+	exec bin/allot-sandbox
 
 # The chaos suite against the sandbox (docs/chaos.md), a few minutes.
 chaos:
