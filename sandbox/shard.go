@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/allot-dev/allot/internal/redisproc"
 )
 
 // ShardOf is the index (into Redis and RedisAddrs) of the region's master
@@ -53,27 +52,12 @@ func (r *Region) shardOf(ctx context.Context, addr, key string) (int, error) {
 	return 0, fmt.Errorf("slot %d: master %s is not one of %v", slot, master, r.RedisAddrs)
 }
 
-// masterOf reads CLUSTER NODES (one line per node: id, ip:port@bus,
-// flags, master id, ping, pong, epoch, link state, then its slots as
-// "a-b" ranges or single slots) for the address of the master serving
-// slot.
+// masterOf is the address of the master serving slot in a CLUSTER NODES
+// reply.
 func masterOf(nodes string, slot int64) (string, bool) {
-	for _, line := range strings.Split(nodes, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 9 || !slices.Contains(strings.Split(f[2], ","), "master") {
-			continue
-		}
-		addr, _, _ := strings.Cut(f[1], "@")
-		for _, rng := range f[8:] {
-			lo, hi, isRange := strings.Cut(rng, "-")
-			if !isRange {
-				hi = lo
-			}
-			a, errA := strconv.ParseInt(lo, 10, 64)
-			b, errB := strconv.ParseInt(hi, 10, 64)
-			if errA == nil && errB == nil && a <= slot && slot <= b {
-				return addr, true
-			}
+	for _, n := range redisproc.ParseClusterNodes(nodes) {
+		if n.Has("master") && n.Serves(slot) {
+			return n.Addr, true
 		}
 	}
 	return "", false

@@ -51,9 +51,8 @@ func AddReplica(ctx context.Context, master, replica string) error {
 		if err != nil {
 			return false, "", err
 		}
-		for line := range strings.SplitSeq(nodes, "\n") {
-			f := strings.Fields(line)
-			if len(f) > 2 && f[0] == id && strings.Contains(f[2], "master") && !strings.Contains(f[2], "handshake") {
+		for _, n := range ParseClusterNodes(nodes) {
+			if n.ID == id && n.Has("master") && !n.Has("handshake") {
 				return true, "", nil
 			}
 		}
@@ -79,14 +78,12 @@ func AddReplica(ctx context.Context, master, replica string) error {
 	if err != nil {
 		return fmt.Errorf("redisproc: %s: CLUSTER NODES: %w", master, err)
 	}
-	for line := range strings.SplitSeq(nodes, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 4 || f[0] == rid {
+	for _, n := range ParseClusterNodes(nodes) {
+		if n.ID == rid {
 			continue
 		}
-		addr, _, _ := strings.Cut(f[1], "@")
-		if err := waitKnowsReplica(ctx, addr, rid, id); err != nil {
-			return fmt.Errorf("redisproc: node %s does not know replica %s of %s: %w", addr, replica, master, err)
+		if err := waitKnowsReplica(ctx, n.Addr, rid, id); err != nil {
+			return fmt.Errorf("redisproc: node %s does not know replica %s of %s: %w", n.Addr, replica, master, err)
 		}
 	}
 	if err := poll(ctx, func() (bool, string, error) {
@@ -117,10 +114,9 @@ func waitKnowsReplica(ctx context.Context, addr, replicaID, masterID string) err
 		if err != nil {
 			return false, "", err
 		}
-		for line := range strings.SplitSeq(nodes, "\n") {
-			f := strings.Fields(line)
-			if len(f) > 3 && f[0] == replicaID {
-				return strings.Contains(f[2], "slave") && f[3] == masterID, line, nil
+		for _, n := range ParseClusterNodes(nodes) {
+			if n.ID == replicaID {
+				return n.Has("slave") && n.MasterID == masterID, nodes, nil
 			}
 		}
 		return false, nodes, nil
@@ -217,23 +213,16 @@ func clients(master, replica string) (m, r *redis.Client) {
 }
 
 // busPort is a cluster node's bus port, read from its own line ("myself")
-// of CLUSTER NODES: "<id> <ip>:<port>@<bus>[,<hostname>] <flags> ...".
+// of CLUSTER NODES.
 func busPort(ctx context.Context, c *redis.Client) (string, error) {
 	nodes, err := c.ClusterNodes(ctx).Result()
 	if err != nil {
 		return "", fmt.Errorf("CLUSTER NODES: %w", err)
 	}
-	for line := range strings.SplitSeq(nodes, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 3 || !strings.Contains(f[2], "myself") {
-			continue
+	for _, n := range ParseClusterNodes(nodes) {
+		if n.Has("myself") && n.Bus != "" {
+			return n.Bus, nil
 		}
-		_, bus, ok := strings.Cut(f[1], "@")
-		if !ok {
-			break
-		}
-		bus, _, _ = strings.Cut(bus, ",")
-		return bus, nil
 	}
 	return "", fmt.Errorf("no bus port in CLUSTER NODES: %q", nodes)
 }
