@@ -17,6 +17,8 @@ func (dm *demand) record(p *plan, denied bool, cost int64) {
 	if denied {
 		i = 1
 	}
+	dm.mu.Lock()
+	defer dm.mu.Unlock()
 	for gi, refs := range p.refs {
 		if p.shadow[gi] {
 			continue
@@ -26,7 +28,6 @@ func (dm *demand) record(p *plan, denied bool, cost int64) {
 				continue
 			}
 			key := p.groups[gi][ii].Key
-			dm.mu.Lock()
 			if dm.m == nil {
 				dm.m = map[string]*[2]int64{}
 			}
@@ -36,7 +37,6 @@ func (dm *demand) record(p *plan, denied bool, cost int64) {
 				dm.m[key] = c
 			}
 			c[i] += cost
-			dm.mu.Unlock()
 		}
 	}
 }
