@@ -3,8 +3,6 @@ package node_test
 import (
 	"context"
 	"net"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -23,15 +21,14 @@ import (
 // what the bucket had left, limit − spent − stranded.
 func TestCrashStrandsLeases(t *testing.T) {
 	srv := redistest.Server(t)
-	path := filepath.Join(t.TempDir(), "p.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(`
+	path := policyFile(t, `
 policies:
   - id: leased-api
     precision: leased
     per: [tenant]
     limits:
       - {name: per_hour, algorithm: token_bucket, limit: 100, period: 1h}
-`), 0o600))
+`)
 	start := func() (*node.Node, ratelimitv1.RateLimiterServiceClient) {
 		n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Redis: []string{srv.Addr}, PoliciesPath: path})
 		require.NoError(t, err)

@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -52,8 +50,7 @@ policies:
 
 func startEdgeNode(t *testing.T, upstream string) *node.Node {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "p.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(edgePolicies), 0o600))
+	path := policyFile(t, edgePolicies)
 	n, err := node.Start(context.Background(), node.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", PoliciesPath: path,
 		Upstream: upstream, ProxyAddr: "127.0.0.1:0",
@@ -164,8 +161,7 @@ func TestReverseProxyTrustsForwardedForOnlyFromTrustedPeers(t *testing.T) {
 }
 
 func TestNodeHealthEndpointsAndShutdown(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "p.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(edgePolicies), 0o600))
+	path := policyFile(t, edgePolicies)
 	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", PoliciesPath: path})
 	require.NoError(t, err)
 	base := "http://" + n.HTTPAddr()

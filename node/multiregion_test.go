@@ -2,8 +2,6 @@ package node_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -26,8 +24,7 @@ import (
 func TestMultiRegionNodeSharesAndPublishesDemand(t *testing.T) {
 	srv := redistest.Server(t)
 	natsURL := natstest.Server(t)
-	path := filepath.Join(t.TempDir(), "p.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(`
+	path := policyFile(t, `
 policies:
   - id: global-api
     scope: global
@@ -40,7 +37,7 @@ policies:
     per: [tenant]
     limits:
       - {name: per_day, algorithm: fixed_window, limit: 1000, period: 24h}
-`), 0o600))
+`)
 	nc, err := nats.Connect(natsURL)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)

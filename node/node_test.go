@@ -39,10 +39,18 @@ policies:
       - {name: per_second, algorithm: token_bucket, limit: 50, period: 1s, burst: 100}
 `
 
-func startNode(t *testing.T, redis []string) ratelimitv1.RateLimiterServiceClient {
+// policyFile writes policies to a file of the test's own and returns its
+// path.
+func policyFile(t *testing.T, policies string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "p.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(testPolicies), 0o600))
+	require.NoError(t, os.WriteFile(path, []byte(policies), 0o600))
+	return path
+}
+
+func startNode(t *testing.T, redis []string) ratelimitv1.RateLimiterServiceClient {
+	t.Helper()
+	path := policyFile(t, testPolicies)
 	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", Redis: redis, PoliciesPath: path})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })

@@ -4,8 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -46,8 +44,7 @@ func startResilient(t *testing.T) *resilientNode {
 	redistest.Require(t)
 	in := redistest.Server(t)
 	p := faultproxy.New(t, in.Addr)
-	path := filepath.Join(t.TempDir(), "p.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(resiliencePolicies), 0o600))
+	path := policyFile(t, resiliencePolicies)
 	n, err := node.Start(context.Background(), node.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Redis: []string{p.Addr}, PoliciesPath: path,
 		Resilience: node.Resilience{
@@ -220,8 +217,7 @@ func TestNodeRecoversAfterRedisRestart(t *testing.T) {
 func TestRedisTimeoutIsTheDecisionBudget(t *testing.T) {
 	redistest.Require(t)
 	addr := redistest.Server(t).Addr
-	path := filepath.Join(t.TempDir(), "p.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(resiliencePolicies), 0o600))
+	path := policyFile(t, resiliencePolicies)
 	start := func(r node.Resilience) (*node.Node, error) {
 		return node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", Redis: []string{addr}, PoliciesPath: path, Resilience: r})
 	}

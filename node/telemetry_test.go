@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -55,8 +53,7 @@ func startTelemetryNode(t *testing.T, tcfg telemetry.Config, cfg node.Config) (*
 	t.Helper()
 	tel, err := telemetry.New(context.Background(), tcfg)
 	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), "p.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(telemetryPolicies), 0o600))
+	path := policyFile(t, telemetryPolicies)
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.PoliciesPath, cfg.Telemetry = "127.0.0.1:0", "127.0.0.1:0", path, tel
 	n, err := node.Start(context.Background(), cfg)
 	require.NoError(t, err)

@@ -3,8 +3,6 @@ package node_test
 import (
 	"context"
 	"crypto/tls"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -54,8 +52,7 @@ func TestRedisTLSAndACLUser(t *testing.T) {
 	require.NoError(t, st.Close())
 
 	// A node with the full transport counts in that Redis.
-	path := filepath.Join(t.TempDir(), "p.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(testPolicies), 0o600))
+	path := policyFile(t, testPolicies)
 	n, err := node.Start(ctx, node.Config{GRPCAddr: "127.0.0.1:0", Redis: []string{srv.Addr}, PoliciesPath: path, Transport: full})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })

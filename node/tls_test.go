@@ -6,8 +6,6 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -70,8 +68,7 @@ func startTLSNode(t *testing.T, f *tlsFixture, mtls bool) *node.Node {
 	require.NoError(t, err)
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("upstream")) }))
 	t.Cleanup(upstream.Close)
-	path := filepath.Join(t.TempDir(), "p.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(testPolicies), 0o600))
+	path := policyFile(t, testPolicies)
 	n, err := node.Start(context.Background(), node.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", StoreURL: "file:" + path,
 		Upstream: upstream.URL, ProxyAddr: "127.0.0.1:0", CheckTimeout: 30 * time.Second,
