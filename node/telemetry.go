@@ -116,6 +116,11 @@ func (n *Node) startTelemetry() error {
 			return err
 		}
 		n.closers = append(n.closers, stop)
+		stop, err = tel.ObserveStore(n.res.store.Stats)
+		if err != nil {
+			return err
+		}
+		n.closers = append(n.closers, stop)
 	}
 	if n.cfg.MetricsAddr == "" {
 		if n.cfg.HTTPAddr == "" {
