@@ -23,9 +23,11 @@ type Fallback interface {
 func (d *Decider) UseFallback(f Fallback) { d.fallback = f }
 
 // SetStoreTimeout bounds the store work of one check, the take and any
-// refund together, by t (0: no bound beyond the store's own). The region
-// store has its own per-call deadline; this one keeps a take followed by a
-// refund within a single timeout. Call it before serving.
+// refund together, by t (0: no bound beyond the store's own). Nodes leave
+// it at 0: the region store judges its shards' stalls itself, and a
+// check whose caller-side bound passes while the store is healthy is
+// shed (an overloaded error), not decided by on_store_failure. Call it
+// before serving.
 func (d *Decider) SetStoreTimeout(t time.Duration) { d.timeout = t }
 
 // storeCtx bounds ctx by the store timeout. The caller's ctx is kept for

@@ -164,3 +164,40 @@ func TestFullQueueSheds(t *testing.T) {
 	assert.Equal(t, region.BreakerClosed, h.State)
 	assert.Equal(t, uint32(0), h.Failures)
 }
+
+// TestBlipCostsABlip: Redis killed and restarted 200 ms later, under a
+// steady trickle of calls. The breaker opens, its background probes back
+// off from 50 ms, and the store is back on Redis well within a second of
+// the restart rather than after a fixed 5 s open period.
+func TestBlipCostsABlip(t *testing.T) {
+	redistest.Require(t)
+	in := redistest.Server(t)
+	s := openWith(t, region.Options{}, in.Addr)
+	takeOK(t, s, "rl:{blip}:x")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { // a trickle of calls, as a node under traffic
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				_, _, _ = take(s, "rl:{blip}:x")
+			}
+		}
+	})
+	defer func() { close(stop); wg.Wait() }()
+	in.Kill()
+	require.Eventually(t, func() bool { return s.Shards()[0].State != region.BreakerClosed }, 5*time.Second, time.Millisecond, "the dead shard's breaker opens")
+	time.Sleep(200 * time.Millisecond) // the fault's length: what is measured
+	in.Restart()
+	restarted := time.Now()
+	require.Eventually(t, func() bool { return s.Shards()[0].State == region.BreakerClosed }, 10*time.Second, time.Millisecond)
+	back := time.Since(restarted)
+	t.Logf("back on Redis %v after the restart (openings %d, failed probes %d)", back, s.Shards()[0].Openings, s.Shards()[0].ProbeFailures)
+	// The backoff after a 200 ms fault is at most 400 ms (50+100+200+400
+	// ms of waits); 3 s leaves room for a loaded CI machine under -race.
+	assert.Less(t, back, 3*time.Second)
+	_, _, err := take(s, "rl:{blip}:x")
+	require.NoError(t, err)
+}
