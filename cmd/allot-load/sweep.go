@@ -79,8 +79,9 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	cfg.Logger.Info("sweep", "rows", len(cfg.Levels)*len(cfg.Cases), "baseline", cfg.Baseline, "estimated", cfg.Duration().String())
 	rows, err := sweep.Run(ctx, cfg)
-	if ratio, ok := sweep.BaselineRatio(rows); ok {
-		fmt.Fprintf(stdout, "\nexact / no-op decisions/s at concurrency %d: %.2f\n", cfg.Baseline, ratio)
+	if all, byStore, ok := sweep.BaselineRatio(rows); ok {
+		fmt.Fprintf(stdout, "\nexact / no-op decisions/s at concurrency %d: %.2f (counting only decisions the store made: %.2f)\n",
+			cfg.Baseline, all, byStore)
 	}
 	return err
 }

@@ -274,10 +274,12 @@ func Run(ctx context.Context, cfg Config) (rows []Row, err error) {
 	return rows, nil
 }
 
-// BaselineRatio is the exact row's decisions/s over the no-op row's in
-// rows (the first of each at the baseline concurrency); ok is false
-// without both.
-func BaselineRatio(rows []Row) (ratio float64, ok bool) {
+// BaselineRatio compares the first node row at the no-op row's
+// concurrency with the no-op row in rows: its decisions/s over the
+// no-op's (all), and the same counting only the decisions the store made
+// (byStore: failed-open and degraded answers left out). ok is false
+// without both rows.
+func BaselineRatio(rows []Row) (all, byStore float64, ok bool) {
 	var noop, exact *Row
 	for i := range rows {
 		switch {
@@ -288,9 +290,9 @@ func BaselineRatio(rows []Row) (ratio float64, ok bool) {
 		}
 	}
 	if noop == nil || exact == nil || noop.Decisions <= 0 {
-		return 0, false
+		return 0, 0, false
 	}
-	return exact.Decisions / noop.Decisions, true
+	return exact.Decisions / noop.Decisions, exact.StoreDecisions() / noop.Decisions, true
 }
 
 // load is the generator's configuration for one row.

@@ -40,6 +40,16 @@ type Row struct {
 	Admitted, Ideal int64
 }
 
+// StoreDecisions is the part of Decisions the store made: answers
+// neither failed open nor degraded, per second.
+func (r Row) StoreDecisions() float64 {
+	answered := r.Sent - r.Shed - r.Errors
+	if answered <= 0 {
+		return 0
+	}
+	return r.Decisions * float64(max(0, answered-r.FailedOpen-r.Degraded)) / float64(answered)
+}
+
 // CallsPer1k is Redis script calls per 1,000 answered checks (NaN when
 // unknown or nothing was answered).
 func (r Row) CallsPer1k() float64 {

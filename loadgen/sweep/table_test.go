@@ -114,14 +114,16 @@ func TestRowRatiosWithoutData(t *testing.T) {
 
 func TestBaselineRatio(t *testing.T) {
 	rows := []Row{
-		{Server: "no-op", Concurrency: 32, Decisions: 20000},
-		{Server: "node", Concurrency: 32, Decisions: 12000},
+		{Server: "no-op", Concurrency: 32, Decisions: 20000, Sent: 60000},
+		// A quarter of the answers failed open or were degraded, and
+		// 1,000 calls got no answer.
+		{Server: "node", Concurrency: 32, Decisions: 12000, Sent: 37000, FailedOpen: 8000, Degraded: 1000, Shed: 600, Errors: 400},
 		{Server: "node", Concurrency: 1, Decisions: 100},
 	}
-	if r, ok := BaselineRatio(rows); !ok || r != 0.6 {
-		t.Fatalf("ratio %v %v, want 0.6", r, ok)
+	if all, byStore, ok := BaselineRatio(rows); !ok || all != 0.6 || byStore != 0.45 {
+		t.Fatalf("ratio %v, by store %v, %v; want 0.6 and 0.45", all, byStore, ok)
 	}
-	if _, ok := BaselineRatio(rows[1:]); ok {
+	if _, _, ok := BaselineRatio(rows[1:]); ok {
 		t.Fatal("a ratio without a no-op row")
 	}
 }
