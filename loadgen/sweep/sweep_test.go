@@ -56,6 +56,9 @@ func refused(t *testing.T, addr string) {
 // real redis-server; then a sweep cancelled mid-row. Both leave nothing
 // listening.
 func TestSweepRunsRealProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds allot-node and allot-load and runs them")
+	}
 	redistest.Require(t)
 	nodeBin, loadBin := buildBinaries(t)
 	var table bytes.Buffer
