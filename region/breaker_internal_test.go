@@ -121,3 +121,12 @@ func TestBreakerIgnoresLateOutcomesWhileOpen(t *testing.T) {
 	assert.False(t, b.failure(t0.Add(2*time.Millisecond)))
 	assert.Equal(t, uint64(1), b.openings)
 }
+
+// The runtime's scheduling-latency histogram is readable, and a wait for
+// a CPU longer than any goroutine has had is not reported.
+func TestSchedLagReadsTheRuntime(t *testing.T) {
+	l := newSchedLag()
+	l.recent(time.Hour) // the history so far
+	assert.False(t, l.recent(time.Hour))
+	assert.NotEmpty(t, l.prev, "the runtime reports %s", schedLatencies)
+}

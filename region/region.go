@@ -207,11 +207,12 @@ type Store struct {
 
 	wg     sync.WaitGroup // pipelines and probes in flight
 	closed atomic.Bool
+	lag    *schedLag
 	stats  struct{ pipelines, calls, stalls, shed atomic.Int64 }
 }
 
 func newStore(c redis.UniversalClient, cluster bool, addr string, opts Options, cs *conns) *Store {
-	return &Store{client: c, cluster: cluster, addr: addr, opts: opts, conns: cs, shards: map[string]*shard{}}
+	return &Store{client: c, cluster: cluster, addr: addr, opts: opts, conns: cs, shards: map[string]*shard{}, lag: newSchedLag()}
 }
 
 // Open connects to the region's Redis. One address is probed with

@@ -91,7 +91,10 @@ func failCmd(ctx context.Context, err error) *redis.Cmd {
 
 // pipe is one pipeline sent to a shard.
 type pipe struct {
-	calls     []*call
+	calls []*call
+	// sent is when its goroutine began sending it (zero before): time
+	// before that is this node's (a goroutine waiting for a CPU), never
+	// the shard's.
 	sent      time.Time
 	abandoned bool // its calls were settled by a stall; its outcome is ignored
 }
@@ -191,7 +194,7 @@ func (sh *shard) kick(now time.Time) {
 		if len(sh.queue) == 0 {
 			sh.queue = nil
 		}
-		p := &pipe{calls: batch, sent: now}
+		p := &pipe{calls: batch}
 		sh.inflight = append(sh.inflight, p)
 		sh.s.wg.Add(1)
 		go sh.send(p)
@@ -213,6 +216,9 @@ func (sh *shard) send(p *pipe) {
 	for i, c := range p.calls {
 		cmds[i] = scriptCall(ctx, pl, "evalsha", c.script.Hash(), c.keys, c.args)
 	}
+	sh.mu.Lock()
+	p.sent = time.Now()
+	sh.mu.Unlock()
 	_, _ = pl.Exec(ctx)
 	var again []int
 	for i, c := range cmds {
@@ -282,8 +288,8 @@ func (sh *shard) arm(now time.Time) {
 	}
 	th := sh.threshold(now)
 	due := now.Add(th)
-	if len(sh.inflight) > 0 {
-		due = sh.inflight[0].sent.Add(th)
+	if p := sh.oldestSent(); p != nil {
+		due = p.sent.Add(th)
 	}
 	if len(sh.queue) > 0 {
 		due = minTime(due, sh.queue[0].enq.Add(sh.s.opts.MaxWait))
@@ -299,6 +305,18 @@ func (sh *shard) armAt(now, due time.Time) {
 	} else {
 		sh.watch.Reset(d)
 	}
+}
+
+// oldestSent is the in-flight pipeline sent first, nil if none has been
+// sent yet. Called with mu held.
+func (sh *shard) oldestSent() *pipe {
+	var o *pipe
+	for _, p := range sh.inflight {
+		if !p.sent.IsZero() && (o == nil || p.sent.Before(o.sent)) {
+			o = p
+		}
+	}
+	return o
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -335,14 +353,15 @@ func (sh *shard) check() {
 		return
 	}
 	th := sh.threshold(now)
-	if len(sh.inflight) > 0 && now.Sub(sh.inflight[0].sent) >= th {
+	if old := sh.oldestSent(); old != nil && now.Sub(old.sent) >= th {
 		heard := now.Sub(time.Unix(0, sh.prog.lastRead.Load())) < th
+		age := now.Sub(old.sent)
 		switch {
 		case heard:
 			// Alive; give up on one pipeline only if it is far overdue.
-			if p := sh.inflight[0]; now.Sub(p.sent) >= pipeStallFactor*th && !sh.prog.pending() {
+			if p := old; age >= pipeStallFactor*th && !sh.prog.pending() {
 				p.abandoned = true
-				sh.inflight = sh.inflight[1:]
+				sh.removeInflight(p)
 				settle, settleErr = p.calls, fmt.Errorf("%w: %s: one pipeline unanswered for %v", ErrStalled, sh.addr, now.Sub(p.sent).Round(time.Microsecond))
 				if sh.brk != nil && sh.brk.failure(now) {
 					sh.opened(now, settleErr)
@@ -355,6 +374,13 @@ func (sh *shard) check() {
 			return
 		case sh.prog.pending():
 			// Replies wait unread: this node is slow, not the shard.
+		case age < pipeStallFactor*th && sh.s.lag.recent(th/2):
+			// Goroutines of this process waited that long for a CPU
+			// lately: the pipeline may have reached the socket late, or
+			// its reply been read late. Judge again shortly.
+			sh.armAt(now, now.Add(max(th/4, time.Millisecond)))
+			sh.mu.Unlock()
+			return
 		default:
 			settleErr = fmt.Errorf("%w: %s: nothing received for %v with %d pipelines outstanding", ErrStalled, sh.addr, th, len(sh.inflight))
 			for _, p := range sh.inflight {
