@@ -61,6 +61,10 @@ type Config struct {
 	// MetricsAddr serves /metrics on a listener of its own; empty serves
 	// it on the HTTP listener (HTTPAddr). Needs Telemetry.
 	MetricsAddr string
+	// Pprof serves the runtime profiles (net/http/pprof, /debug/pprof/) on
+	// the metrics listener; it needs MetricsAddr. Off by default: profiles
+	// are for operators measuring a node, not for the network at large.
+	Pprof bool
 	// Transport: TLS on the listeners, credentials and TLS to Redis and
 	// NATS (node/tls.go).
 	Transport Transport

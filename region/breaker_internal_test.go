@@ -126,7 +126,20 @@ func TestBreakerIgnoresLateOutcomesWhileOpen(t *testing.T) {
 // a CPU longer than any goroutine has had is not reported.
 func TestSchedLagReadsTheRuntime(t *testing.T) {
 	l := newSchedLag()
-	l.recent(time.Hour) // the history so far
-	assert.False(t, l.recent(time.Hour))
+	l.recent(time.Now(), time.Hour, time.Second) // the history so far
+	assert.False(t, l.recent(time.Now(), time.Hour, time.Second))
 	assert.NotEmpty(t, l.prev, "the runtime reports %s", schedLatencies)
+}
+
+func TestParsePSI(t *testing.T) {
+	v, ok := parsePSI("some avg10=96.26 avg60=95.16 avg300=87.60 total=1781600371\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+	require.True(t, ok)
+	assert.InDelta(t, 96.26, v, 1e-9)
+	_, ok = parsePSI("full avg10=1.00\n")
+	assert.False(t, ok)
+	p := &cpuPressure{read: func() (float64, bool) { return 12, true }}
+	assert.True(t, p.contended(t0))
+	p.read = func() (float64, bool) { return 1, true }
+	assert.True(t, p.contended(t0.Add(50*time.Millisecond)), "read at most every 100 ms")
+	assert.False(t, p.contended(t0.Add(150*time.Millisecond)))
 }

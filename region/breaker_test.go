@@ -33,6 +33,9 @@ var shortBreaker = region.BreakerOptions{Window: 2 * time.Second, Bucket: 100 * 
 func openWith(t *testing.T, opts region.Options, addrs ...string) *region.Store {
 	t.Helper()
 	opts.Timeout = timeout
+	// On a contended CI machine silence is judged a stall only after
+	// StallMax: keep it below the 50 ms slowdown these tests inject.
+	opts.StallMax = 30 * time.Millisecond
 	s, err := region.Open(context.Background(), addrs, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })

@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -133,3 +135,20 @@ func (c *trackedConn) Close() error {
 type trackedSysConn struct{ *trackedConn }
 
 func (c *trackedSysConn) SyscallConn() (syscall.RawConn, error) { return c.raw, nil }
+
+// parsePSI reads the avg10 of the "some" line of a PSI file.
+func parsePSI(s string) (float64, bool) {
+	for line := range strings.SplitSeq(s, "\n") {
+		rest, ok := strings.CutPrefix(line, "some ")
+		if !ok {
+			continue
+		}
+		for f := range strings.FieldsSeq(rest) {
+			if v, ok := strings.CutPrefix(f, "avg10="); ok {
+				x, err := strconv.ParseFloat(v, 64)
+				return x, err == nil
+			}
+		}
+	}
+	return 0, false
+}

@@ -1,6 +1,7 @@
 package region
 
 import (
+	"os"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -16,4 +17,13 @@ func unreadBytes(raw syscall.RawConn) int {
 		}
 	})
 	return n
+}
+
+// psiCPU reads "some avg10" of /proc/pressure/cpu.
+func psiCPU() (float64, bool) {
+	b, err := os.ReadFile("/proc/pressure/cpu")
+	if err != nil {
+		return 0, false
+	}
+	return parsePSI(string(b))
 }

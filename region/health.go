@@ -79,7 +79,7 @@ func (s *Store) shard(addr string, client *redis.Client) *shard {
 	if sh == nil {
 		s.mu.Lock()
 		if sh = s.shards[addr]; sh == nil {
-			sh = &shard{s: s, addr: addr, prog: s.conns.of(addr), client: client}
+			sh = &shard{s: s, addr: addr, prog: s.conns.of(addr), client: client, work: make(chan *pipe)}
 			if !s.opts.Breaker.Disabled {
 				sh.brk = newBreaker(s.opts.Breaker)
 			}

@@ -205,14 +205,16 @@ type Store struct {
 	mu     sync.RWMutex
 	shards map[string]*shard
 
-	wg     sync.WaitGroup // pipelines and probes in flight
+	wg     sync.WaitGroup // pipeline workers and probes
+	done   chan struct{}  // closed by Close: workers exit
 	closed atomic.Bool
 	lag    *schedLag
+	cpu    *cpuPressure
 	stats  struct{ pipelines, calls, stalls, shed atomic.Int64 }
 }
 
 func newStore(c redis.UniversalClient, cluster bool, addr string, opts Options, cs *conns) *Store {
-	return &Store{client: c, cluster: cluster, addr: addr, opts: opts, conns: cs, shards: map[string]*shard{}, lag: newSchedLag()}
+	return &Store{client: c, cluster: cluster, addr: addr, opts: opts, conns: cs, shards: map[string]*shard{}, lag: newSchedLag(), cpu: &cpuPressure{read: psiCPU}, done: make(chan struct{})}
 }
 
 // Open connects to the region's Redis. One address is probed with
@@ -344,6 +346,7 @@ func (s *Store) Close() error {
 	}
 	s.mu.RUnlock()
 	err := s.client.Close()
+	close(s.done)
 	s.wg.Wait()
 	if err != nil {
 		return fmt.Errorf("region: close: %w", err)

@@ -115,6 +115,7 @@ type shard struct {
 	brk      *breaker      // nil when breakers are disabled
 	queue    []*call
 	inflight []*pipe // in send order
+	work     chan *pipe // hands a pipeline to an idle worker
 	watch    *time.Timer
 	watchDue time.Time
 	armed    bool
@@ -132,19 +133,30 @@ type shard struct {
 // already, and gets more time; an idle healthy shard answers in well
 // under Options.Timeout.
 func (sh *shard) threshold(now time.Time) time.Duration {
+	return min(max(stallFactor*sh.recentHigh(now), sh.s.opts.Timeout), max(sh.s.opts.StallMax, sh.s.opts.Timeout))
+}
+
+// stallFactor and rttHalfLife shape the stall threshold: a multiple of
+// the highest round trip of the last several seconds. On busy shared
+// cores the tail of healthy round trips is long (Redis itself waits for
+// a CPU), and a threshold near it would fail healthy calls.
+const (
+	stallFactor = 4
+	rttHalfLife = 4 * time.Second
+)
+
+// recentHigh is the highest round trip seen, halved for every
+// rttHalfLife since.
+func (sh *shard) recentHigh(now time.Time) time.Duration {
 	h := sh.rttHigh
 	if el := now.Sub(sh.rttAt); el > 0 {
-		h >>= min(int(el/time.Second), 62)
+		h >>= min(int(el/rttHalfLife), 62)
 	}
-	return min(max(3*h, sh.s.opts.Timeout), max(sh.s.opts.StallMax, sh.s.opts.Timeout))
+	return h
 }
 
 func (sh *shard) observeRTT(now time.Time, rtt time.Duration) {
-	cur := sh.rttHigh
-	if el := now.Sub(sh.rttAt); el > 0 {
-		cur >>= min(int(el/time.Second), 62)
-	}
-	if rtt > cur {
+	if rtt > sh.recentHigh(now) {
 		sh.rttHigh, sh.rttAt = rtt, now
 	}
 }
@@ -196,8 +208,29 @@ func (sh *shard) kick(now time.Time) {
 		}
 		p := &pipe{calls: batch}
 		sh.inflight = append(sh.inflight, p)
-		sh.s.wg.Add(1)
-		go sh.send(p)
+		select {
+		case sh.work <- p: // an idle worker takes it
+		default:
+			sh.s.wg.Add(1)
+			go sh.worker(p)
+		}
+	}
+}
+
+// worker sends p, then waits for the next pipeline of the shard until the
+// store closes. Workers are reused rather than started per pipeline (a
+// new goroutine grows its stack through go-redis's call depth every
+// time); there are as many as pipelines were ever in flight at once, and
+// an idle one costs no CPU.
+func (sh *shard) worker(p *pipe) {
+	defer sh.s.wg.Done()
+	for {
+		sh.send(p)
+		select {
+		case p = <-sh.work:
+		case <-sh.s.done:
+			return
+		}
 	}
 }
 
@@ -207,7 +240,6 @@ func (sh *shard) kick(now time.Time) {
 // earlier by a stall judgement, so a slow reply never closes a healthy
 // connection.
 func (sh *shard) send(p *pipe) {
-	defer sh.s.wg.Done()
 	s := sh.s
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.MaxWait)
 	defer cancel()
@@ -246,11 +278,18 @@ func (sh *shard) send(p *pipe) {
 	s.stats.calls.Add(int64(len(cmds)))
 
 	sh.mu.Lock()
+	if p.abandoned && failure == nil {
+		// Not learnt from: a shard slowed for good would otherwise teach
+		// the threshold to wait for it. Logged, as a sign of a threshold
+		// too tight for this machine (or of a short freeze).
+		s.opts.Logger.Info("redis shard answered a pipeline judged stalled", "shard", sh.addr,
+			"after", now.Sub(p.sent).Round(time.Microsecond), "calls", len(p.calls))
+	}
 	if !p.abandoned {
-		sh.removeInflight(p)
 		if failure == nil {
 			sh.observeRTT(now, now.Sub(p.sent))
 		}
+		sh.removeInflight(p)
 		if sh.brk != nil {
 			if failure != nil {
 				if sh.brk.failure(now) {
@@ -283,7 +322,7 @@ func (sh *shard) removeInflight(p *pipe) {
 // arm schedules the next check while calls are queued or in flight.
 // Called with mu held.
 func (sh *shard) arm(now time.Time) {
-	if sh.armed || (len(sh.inflight) == 0 && len(sh.queue) == 0) {
+	if len(sh.inflight) == 0 && len(sh.queue) == 0 {
 		return
 	}
 	th := sh.threshold(now)
@@ -293,6 +332,9 @@ func (sh *shard) arm(now time.Time) {
 	}
 	if len(sh.queue) > 0 {
 		due = minTime(due, sh.queue[0].enq.Add(sh.s.opts.MaxWait))
+	}
+	if sh.armed && !due.Before(sh.watchDue) {
+		return // a check comes soon enough
 	}
 	sh.armAt(now, due)
 }
@@ -374,11 +416,13 @@ func (sh *shard) check() {
 			return
 		case sh.prog.pending():
 			// Replies wait unread: this node is slow, not the shard.
-		case age < pipeStallFactor*th && sh.s.lag.recent(th/2):
+		case age < sh.s.opts.StallMax && (sh.s.lag.recent(now, th/2, th) || sh.s.cpu.contended(now)):
 			// Goroutines of this process waited that long for a CPU
-			// lately: the pipeline may have reached the socket late, or
-			// its reply been read late. Judge again shortly.
-			sh.armAt(now, now.Add(max(th/4, time.Millisecond)))
+			// lately (the pipeline may have reached the socket late, or
+			// its reply been read late), or the machine's CPUs are
+			// contended (a Redis beside this node waits for a CPU too):
+			// silence is judged a stall only after StallMax.
+			sh.armAt(now, minTime(old.sent.Add(sh.s.opts.StallMax), now.Add(max(th/4, time.Millisecond))))
 			sh.mu.Unlock()
 			return
 		default:

@@ -61,6 +61,7 @@ func run(args []string) error {
 	leaseLow := fs.Float64("lease-low-watermark", lease.DefaultLowWatermark, "leased policies: refill when this fraction of the last grant is left (higher: fewer waits, more held)")
 	leaseShare := fs.Float64("lease-max-share", lease.DefaultMaxShare, "leased policies: one grant is at most this fraction of the burst (lower: fairer between nodes, more calls)")
 	metricsAddr := fs.String("metrics-addr", "", "listen address of GET /metrics (Prometheus); empty serves /metrics on --http-addr")
+	pprofOn := fs.Bool("pprof", false, "also serve the Go runtime profiles (/debug/pprof/) on --metrics-addr (required): for measuring a node")
 	otlpEndpoint := fs.String("otlp-endpoint", "", "OTLP/gRPC collector for traces of checks (http://HOST:4317 plaintext, https:// TLS, or HOST:PORT plaintext); empty exports no spans")
 	res := resilienceFlags(fs)
 	multi := multiRegionFlags(fs)
@@ -119,6 +120,7 @@ func run(args []string) error {
 		Transport:    tr,
 		Telemetry:    tel,
 		MetricsAddr:  *metricsAddr,
+		Pprof:        *pprofOn,
 	})
 	if err != nil {
 		return err
