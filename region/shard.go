@@ -114,7 +114,7 @@ type shard struct {
 	client   *redis.Client // for probes (nil: the store's client)
 	brk      *breaker      // nil when breakers are disabled
 	queue    []*call
-	inflight []*pipe // in send order
+	inflight []*pipe    // in send order
 	work     chan *pipe // hands a pipeline to an idle worker
 	watch    *time.Timer
 	watchDue time.Time
