@@ -70,6 +70,10 @@ type Config struct {
 	Transport Transport
 }
 
+// streamWorkers is how many gRPC calls in flight reuse a parked
+// goroutine (grpc.NumStreamWorkers); an idle one costs its stack only.
+const streamWorkers = 128
+
 // Node is a running node. Close stops it.
 type Node struct {
 	cfg     Config
@@ -129,7 +133,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.GRPCAddr, err)
 	}
 	n.lis = lis
-	n.grpc = grpc.NewServer(append(cfg.Transport.grpcOptions(), n.grpcTelemetry()...)...)
+	opts := append(cfg.Transport.grpcOptions(), n.grpcTelemetry()...)
+	// Reuse stream goroutines: a fresh goroutine per call regrows its
+	// stack through the handler's call depth every time (a tenth of the
+	// node's CPU at 32 calls in flight). Calls beyond the workers still
+	// get a goroutine of their own.
+	opts = append(opts, grpc.NumStreamWorkers(streamWorkers))
+	n.grpc = grpc.NewServer(opts...)
 	ratelimitv1.RegisterRateLimiterServiceServer(n.grpc, server.NewGRPC(n.decider, server.GRPCOptions{Observe: n.observeHook()}))
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpc, n.health)
