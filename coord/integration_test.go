@@ -15,6 +15,7 @@ import (
 
 	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/coord"
+	"github.com/allot-dev/allot/coord/demand"
 	"github.com/allot-dev/allot/internal/natstest"
 	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/lease"
@@ -102,7 +103,7 @@ func startWorld(t *testing.T) *world {
 			t.Fatal(err)
 		}
 		stops = append([]func(){func() { tr.Close() }}, stops...)
-		dem, err := coord.SubscribeDemand(nc, r, nil)
+		dem, err := demand.Collect(nc, r, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +133,7 @@ func startWorld(t *testing.T) *world {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pub := &coord.Publisher{NC: nc, Region: r, Node: fmt.Sprintf("%s-%d", r, n), Drain: m.DrainDemand, Period: 20 * time.Millisecond}
+			pub := &demand.Publisher{NC: nc, Region: r, Node: fmt.Sprintf("%s-%d", r, n), Drain: m.DrainDemand, Period: 20 * time.Millisecond}
 			wg.Go(func() { _ = pub.Run(ctx) })
 			loads = append(loads, func() { w.load(ctx, &wg, r, m, lim) })
 		}

@@ -19,7 +19,7 @@ func TestObserveSeesActiveEpochs(t *testing.T) {
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	for _, r := range regions {
 		tokens := map[string]int64{"eu": 9, "us": 1}[r]
-		d := DrainFunc(func(fn func(string, int64, int64)) { fn(testKey, tokens, 0) })
+		d := demandFunc(func(fn func(string, int64, int64)) { fn(testKey, tokens, 0) })
 		cfg := Config{Region: r, Regions: regions, Transport: hub.Join(r), Demand: d,
 			Writer: ledger.writer(r), Limits: testLimits, Knobs: testKnobs(), Logger: testLogger(t)}
 		if r == "eu" {
@@ -51,3 +51,8 @@ func TestObserveSeesActiveEpochs(t *testing.T) {
 		}
 	}
 }
+
+// demandFunc is a DemandSource from a function.
+type demandFunc func(fn func(string, int64, int64))
+
+func (f demandFunc) Drain(fn func(string, int64, int64)) { f(fn) }

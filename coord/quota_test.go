@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/coord"
+	"github.com/allot-dev/allot/coord/demand"
 	"github.com/allot-dev/allot/decide"
 	"github.com/allot-dev/allot/internal/natstest"
 	"github.com/allot-dev/allot/internal/redistest"
@@ -82,7 +83,7 @@ func startQuotaWorld(t *testing.T, k coord.Knobs) *quotaWorld {
 		require.NoError(t, err)
 		stops = append(stops, func() { tr.Close() }, nc.Close, func() { st.Close() })
 		co, err := coord.New(coord.Config{
-			Region: r, Regions: regions, Transport: tr, Demand: coord.DrainFunc(d.DrainDemand),
+			Region: r, Regions: regions, Transport: tr, Demand: demand.DrainFunc(d.DrainDemand),
 			Writer: coord.RedisWriter{Client: st.Client()}, Limits: coord.NewPolicyLimits(f), Knobs: k,
 		})
 		require.NoError(t, err)
