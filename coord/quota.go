@@ -2,7 +2,6 @@ package coord
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"maps"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/allot-dev/allot/lua"
 )
 
 // Global quotas (fixed windows with scope: global, e.g. daily or monthly)
@@ -201,11 +202,6 @@ func (m *Machine) recordQuotas(us []RemoteCount, err error) {
 	}
 }
 
-//go:embed quota.lua
-var quotaSrc string
-
-var quotaScript = redis.NewScript(quotaSrc)
-
 // ReadCounts implements QuotaStore: one pipelined HMGET per key.
 func (w RedisWriter) ReadCounts(ctx context.Context, keys []string) (map[string]QuotaCount, error) {
 	if len(keys) == 0 {
@@ -245,7 +241,7 @@ func str(v any) string {
 // quota.lua calls (the script only raises numbers, so a NOSCRIPT re-run
 // is harmless).
 func (w RedisWriter) WriteRemote(ctx context.Context, us []RemoteCount) error {
-	err := runPipelined(ctx, w.Client, quotaScript, len(us), func(i int) (string, []any) {
+	err := runPipelined(ctx, w.Client, lua.Quota, len(us), func(i int) (string, []any) {
 		u := us[i]
 		return u.Key, []any{u.Window, u.Used, u.Period.Milliseconds()}
 	})
