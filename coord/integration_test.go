@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot-dev/allot/algorithm"
+	bkey "github.com/allot-dev/allot/bucket"
 	"github.com/allot-dev/allot/coord"
 	"github.com/allot-dev/allot/coord/demand"
 	"github.com/allot-dev/allot/internal/natstest"
@@ -28,11 +29,11 @@ const (
 	globalRate  = 300.0
 	globalBurst = 300.0
 	subject     = "tenant=acme"
-	key         = "rl:{" + subject + "}:global:rps"
 	bucket      = 10 * time.Millisecond // timeline resolution
 )
 
 var (
+	key       = bkey.New(subject, "global", "rps").String()
 	regions   = []string{"ap", "eu", "us"}
 	leaseConf = lease.Config{TargetPeriod: 50 * time.Millisecond, TTL: 500 * time.Millisecond, LowWatermark: 0.25, MaxShare: 0.5}
 )
@@ -129,7 +130,7 @@ func startWorld(t *testing.T) *world {
 			// A global limit's node-side numbers are L/n: a region without a
 			// coordinator share enforces its default third.
 			spec := algorithm.Spec{Algorithm: algorithm.TokenBucket, Limit: int64(globalRate) / 3, Period: time.Second, Burst: int64(globalBurst) / 3}
-			lim, err := m.NewLimit(func(s string) string { return "rl:{" + s + "}:global:rps" }, spec, lease.Config{}, true)
+			lim, err := m.NewLimit(func(s string) string { return bkey.New(s, "global", "rps").String() }, spec, lease.Config{}, true)
 			if err != nil {
 				t.Fatal(err)
 			}

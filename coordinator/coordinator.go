@@ -209,7 +209,7 @@ type Follower struct {
 }
 
 // Apply takes one snapshot. A snapshot the nodes would reject (entries
-// that do not decode, or a set that does not validate) changes nothing
+// that do not decode, or a set that does not compile) changes nothing
 // here either: the coordinator keeps the last good limits and knobs, as
 // the nodes keep the last good set.
 func (fl *Follower) Apply(s policystore.Snapshot) {
@@ -217,11 +217,14 @@ func (fl *Follower) Apply(s policystore.Snapshot) {
 		fl.Log.Warn("multi-region: policy snapshot has problems; keeping the last good limits and knobs", "problems", len(s.Problems))
 		return
 	}
-	if err := policy.Validate(fl.Source, s.File); err != nil {
+	// The nodes' own compilation: limits are read from the compiled set,
+	// never from the file again.
+	set, err := policy.Compile(fl.Source, s.File)
+	if err != nil {
 		fl.Log.Warn("multi-region: policy snapshot does not validate; keeping the last good limits and knobs", "err", err)
 		return
 	}
-	fl.Limits.Update(s.File)
+	fl.Limits.Update(set)
 	k, cur := fl.Flags.With(s.File.Rebalance), fl.Coord.Knobs()
 	if k == cur {
 		return
