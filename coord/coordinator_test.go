@@ -233,3 +233,13 @@ func TestActiveKeepsALockShorterThanTheInterval(t *testing.T) {
 	require.GreaterOrEqual(t, active.ran(), before+3, "three more epochs")
 	require.Zero(t, standby.ran(), "the standby ran epochs as the active one while a-1 held the lock")
 }
+
+// Limits that also serve quotas, with a writer that stores no counts:
+// the driver does not exchange quotas (and so asks nothing of a missing
+// QuotaStore).
+func TestNoQuotaStoreNoQuotaExchange(t *testing.T) {
+	c, err := New(Config{Region: "eu", Regions: []string{"eu", "us"}, Transport: NewHub().Join("eu"),
+		Demand: demandFunc(func(func(string, int64, int64)) {}), Writer: ledgerWriter{}, Limits: NewPolicyLimits(nil)})
+	require.NoError(t, err)
+	require.Nil(t, c.m.cfg.Quotas)
+}

@@ -75,8 +75,9 @@ type Machine struct {
 type MachineConfig struct {
 	Region  string
 	Regions []string // every region, Region included
-	// Limits is required; Quotas (nil: global quotas are not exchanged)
-	// is taken from Limits when it implements it.
+	// Limits is required. Quotas nil means global quotas are not
+	// exchanged (Coordinator passes Limits when it implements Quotas and
+	// a QuotaStore is configured).
 	Limits Limits
 	Quotas Quotas
 	// Knobs are the initial settings; zero means DefaultKnobs.
@@ -240,9 +241,6 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 		return nil, fmt.Errorf("coord: %w", err)
 	}
 	cfg.Regions = slices.Compact(slices.Sorted(slices.Values(cfg.Regions)))
-	if q, ok := cfg.Limits.(Quotas); ok && cfg.Quotas == nil {
-		cfg.Quotas = q
-	}
 	if cfg.MaxPayload <= 0 {
 		cfg.MaxPayload = 1 << 20
 	}
