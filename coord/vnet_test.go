@@ -36,6 +36,12 @@ type vnet struct {
 	trace func(string)
 	// events counts the steps of runUntil, a guard against livelock.
 	events int
+	// quotas, when set, makes the machines exchange global quota counts:
+	// counts[region] is what ReadCounts finds, remote[region] what
+	// WriteQuotas stored (raised only, as quota.lua does).
+	quotas Quotas
+	counts map[string]map[string]QuotaCount
+	remote map[string]map[string]QuotaCount
 }
 
 // member is one coordinator process: a machine and its region's demand.
@@ -67,7 +73,8 @@ type vlock struct {
 // newVnet returns an empty world of regions; t (nil: none) is failed on
 // any write that breaks Theorem 1.
 func newVnet(t testing.TB, regions ...string) *vnet {
-	return &vnet{now: time.Unix(1_800_000_000, 0), regions: regions, ledger: newLedger(t, regions), locks: map[string]*vlock{}}
+	return &vnet{now: time.Unix(1_800_000_000, 0), regions: regions, ledger: newLedger(t, regions), locks: map[string]*vlock{},
+		counts: map[string]map[string]QuotaCount{}, remote: map[string]map[string]QuotaCount{}}
 }
 
 // discard is the logger of the property tests' machines.
@@ -75,7 +82,7 @@ var discard = slog.New(slog.DiscardHandler)
 
 // add starts a coordinator of region with knobs k.
 func (n *vnet) add(id, region string, k Knobs, lockTTL time.Duration, log *slog.Logger) *member {
-	cfg := MachineConfig{Region: region, Regions: n.regions, Limits: testLimits, Knobs: k, Logger: log}
+	cfg := MachineConfig{Region: region, Regions: n.regions, Limits: testLimits, Quotas: n.quotas, Knobs: k, Logger: log}
 	if lockTTL > 0 {
 		cfg.LockRenew = lockTTL / 3
 		if n.locks[region] == nil {
@@ -222,13 +229,27 @@ func (n *vnet) drive(mb *member) {
 			mb.m.Step(LockHeld{Held: n.hold(mb)})
 		}
 		if rd.ReadCounts != nil {
-			mb.m.Step(Counted{})
+			out := map[string]QuotaCount{}
+			for _, k := range rd.ReadCounts {
+				if c, ok := n.counts[mb.region][k]; ok {
+					out[k] = c
+				}
+			}
+			mb.m.Step(Counted{Counts: out})
 		}
 		if rd.ReadShares {
 			s, err := w.ReadShares(ctx, rd.ShareKeys, testLimits)
 			mb.m.Step(SharesRead{s, err})
 		}
 		if len(rd.WriteQuotas) > 0 {
+			if n.remote[mb.region] == nil {
+				n.remote[mb.region] = map[string]QuotaCount{}
+			}
+			for _, u := range rd.WriteQuotas {
+				if old := n.remote[mb.region][u.Key]; u.Window > old.Window || (u.Window == old.Window && u.Used > old.Used) {
+					n.remote[mb.region][u.Key] = QuotaCount{Window: u.Window, Used: u.Used}
+				}
+			}
 			mb.m.Step(QuotasWritten{})
 		}
 		if len(rd.WriteShares) > 0 {
