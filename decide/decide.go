@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/algorithm"
+	"github.com/allot-dev/allot/bucket"
 	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/policy"
 )
@@ -193,9 +194,9 @@ func (p *plan) add(subject string, pol *policy.Compiled, cost int64) {
 	}
 }
 
-// sameSubject reports whether key is "rl:{" + subject + "}...".
+// sameSubject reports whether key is a bucket key of subject.
 func sameSubject(key, subject string) bool {
-	return len(key) > 4+len(subject) && key[4:4+len(subject)] == subject && key[4+len(subject)] == '}'
+	return bucket.HasSubject(key, subject)
 }
 
 // Check decides r.

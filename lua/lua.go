@@ -76,5 +76,5 @@ func Source(s *redis.Script) string {
 	case Return:
 		return commonSrc + returnSrc
 	}
-	return ""
+	return coordSource(s)
 }
