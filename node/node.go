@@ -5,6 +5,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -61,6 +62,10 @@ type Config struct {
 	// MetricsAddr serves /metrics on a listener of its own; empty serves
 	// it on the HTTP listener (HTTPAddr). Needs Telemetry.
 	MetricsAddr string
+	// MaxInFlight bounds the checks decided at once; more are shed
+	// (UNAVAILABLE, "node overloaded"). Zero means DefaultMaxInFlight;
+	// negative, no bound.
+	MaxInFlight int
 	// Pprof serves the runtime profiles (net/http/pprof, /debug/pprof/) on
 	// the metrics listener; it needs MetricsAddr. Off by default: profiles
 	// are for operators measuring a node, not for the network at large.
@@ -82,6 +87,7 @@ type Node struct {
 	grpc    *grpc.Server
 	health  *health.Server
 	decider *decide.Decider
+	admit   *admission // bounds the checks in flight, in front of decider
 	closers []func() error
 	leases  *lease.Manager // nil in standalone mode
 	// policies is the policy store, reloader and admin API (node/policies.go).
@@ -117,6 +123,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, errors.Join(err, n.closeAll())
 	}
 	n.decider = decide.New(n.instrument(store), set, log)
+	n.admit = &admission{next: n.decider, max: int64(cmp.Or(cfg.MaxInFlight, DefaultMaxInFlight))}
 	if n.leases != nil {
 		n.decider.UseLeases(n.leases)
 	}
@@ -140,12 +147,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	// get a goroutine of their own.
 	opts = append(opts, grpc.NumStreamWorkers(streamWorkers))
 	n.grpc = grpc.NewServer(opts...)
-	ratelimitv1.RegisterRateLimiterServiceServer(n.grpc, server.NewGRPC(n.decider, server.GRPCOptions{Observe: n.observeHook()}))
+	ratelimitv1.RegisterRateLimiterServiceServer(n.grpc, server.NewGRPC(n.checker(), server.GRPCOptions{Observe: n.observeHook()}))
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpc, n.health)
 	n.health.SetServingStatus(ratelimitv1.RateLimiterService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	n.watchStore()
-	rlsv3.RegisterRateLimitServiceServer(n.grpc, server.NewEnvoy(n.decider, server.EnvoyOptions{Observe: n.observeHook()}))
+	rlsv3.RegisterRateLimitServiceServer(n.grpc, server.NewEnvoy(n.checker(), server.EnvoyOptions{Observe: n.observeHook()}))
 	reflection.Register(n.grpc)
 	go func() { n.served <- n.grpc.Serve(lis) }()
 	if err := errors.Join(n.startHTTP(), n.startTelemetry()); err != nil {
@@ -198,6 +205,10 @@ func (n *Node) Addr() string { return n.lis.Addr().String() }
 
 // Decider is the node's decider (for reloads and tests).
 func (n *Node) Decider() *decide.Decider { return n.decider }
+
+// checker is what the node's faces ask: the decider behind the bound on
+// checks in flight.
+func (n *Node) checker() server.Checker { return n.admit }
 
 // Done is closed with the serve error when the gRPC server stops.
 func (n *Node) Done() <-chan error { return n.served }
