@@ -86,7 +86,8 @@ func TestRecoversAfterFailoverToReplica(t *testing.T) {
 	defer rc.Close()
 	scriptCached := func() bool {
 		t.Helper()
-		ex, err := rc.ScriptExists(ctx, lua.Check.Hash()).Result()
+		// A token bucket's group runs check_tb.lua (region/script.go).
+		ex, err := rc.ScriptExists(ctx, lua.CheckTB.Hash()).Result()
 		require.NoError(t, err)
 		return ex[0]
 	}

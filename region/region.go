@@ -363,7 +363,7 @@ func (s *Store) Close() error {
 // are returned, but groups other than the failing one may have been
 // taken: that errs on the side of counting too much.
 func (s *Store) Take(ctx context.Context, groups []algorithm.Group) ([]algorithm.Result, error) {
-	cmds, err := s.run(ctx, lua.Check, groups)
+	cmds, err := s.run(ctx, checkScript(groups...), groups)
 	if err != nil {
 		return nil, fmt.Errorf("region: take: %w", err)
 	}

@@ -74,6 +74,7 @@ func TestScriptsFailBeforeWriting(t *testing.T) {
 		want string
 	}{
 		{"check tb (the issue's numbers)", lua.Check, func(string) []any { return []any{"tb", 1, year366, 3162316, 1} }, []any{"tb", 10, 1000, 0, 1}, "TTL"},
+		{"check_tb", lua.CheckTB, func(string) []any { return []any{"tb", 1, year366, 3162316, 1} }, []any{"tb", 10, 1000, 0, 1}, "TTL"},
 		{"check gcra", lua.Check, func(string) []any { return []any{"gcra", 1, 1_000_000_000_000, 1_000_000, 1} }, []any{"fw", 10, 1000, 0, 1}, "TTL"},
 		{"check swl", lua.Check, func(string) []any { return []any{"swl", 1, 1e15, 0, 1} }, []any{"tb", 10, 1000, 0, 1}, "TTL"},
 		{"check swc", lua.Check, func(string) []any { return []any{"swc", 1, 9e15, 0, 1} }, []any{"tb", 10, 1000, 0, 1}, "TTL"},
