@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/algorithm"
+	"github.com/allot-dev/allot/region"
 )
 
 func spec(limit int64, period time.Duration, burst int64) algorithm.Spec {
@@ -381,3 +383,33 @@ func TestEntryStressConservation(t *testing.T) {
 }
 
 type atomic64 struct{ v atomicInt64 }
+
+// slowSource answers every lease call after a delay, as a healthy Redis
+// behind a busy node does.
+type slowSource struct {
+	*fakeRegion
+	delay time.Duration
+}
+
+func (s slowSource) Lease(ctx context.Context, groups []region.LeaseGroup) ([]region.LeaseResult, error) {
+	time.Sleep(s.delay) // the slowness under test, not synchronisation
+	return s.fakeRegion.Lease(ctx, groups)
+}
+
+// TestSlowRefillIsWaitedFor: a waiting Take is served by the refill it
+// joined, however long that round takes within the call timeout. A MaxWait
+// of a few ms (the node once passed its 4 ms Redis budget) must not fail
+// it with ErrWaitTimeout.
+func TestSlowRefillIsWaitedFor(t *testing.T) {
+	clk := NewManualClock()
+	src := slowSource{newFake(clk), 30 * time.Millisecond}
+	m, err := New(Options{Source: src, Clock: clk, SweepEvery: -1, MaxWait: 4 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	lim := newLimit(t, m, spec(1000, time.Second, 1000), Config{}, false)
+	for i := range 3 {
+		r, err := m.Take(context.Background(), lim, []byte("slow"+strconv.Itoa(i)), 1)
+		require.NoError(t, err)
+		assert.True(t, r.Allowed)
+	}
+}
