@@ -20,16 +20,22 @@ type entry struct {
 	gens    atomic.Uint64 // old<<32 | cur, each an int32 token count
 	curExp  atomic.Int64  // clock ns; 0 = never leased
 	oldExp  atomic.Int64
-	denyTil atomic.Int64 // clock ns until which the region bucket is known empty
-	left    atomic.Int64 // region bucket tokens after the last grant (for Remaining)
-	demand  *demand      // nil unless the limit is global-scope
+	// denyTil is the clock ns until which the key is denied from memory
+	// once its tokens on hand are spent, and no refill is sent: the region
+	// bucket was empty or too low for a useful grant (see Pace). 0 after an
+	// answer that left a useful grant in the bucket.
+	denyTil atomic.Int64
+	demand  *demand // nil unless the limit is global-scope
 	flags   atomic.Uint32
 	wm      atomic.Int32 // refill when on hand <= wm
+	left    atomic.Int32 // region bucket tokens after the last grant (for Remaining), capped
 	// Written only by the refill of this entry (one at a time) and read by
-	// the next one: the recent-rate estimate and what was on hand just
-	// after the last grant.
+	// the next one: the recent-rate estimate, what was on hand just after
+	// the last grant, and the bucket's effective rate (tokens/s) from the
+	// last answer.
 	rate     float32
 	lastHand int32
+	bucket   float32
 }
 
 // flags bits.

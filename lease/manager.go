@@ -7,8 +7,10 @@
 // the tokens on hand fall to the low watermark, one asynchronous refill
 // per key is queued; the refills of a shard are sent as one pipeline.
 // Only a request that finds no tokens at all waits, for the refill it
-// joins. A key whose region bucket is empty is denied locally until the
-// bucket's retry time (the deny cache).
+// joins. A key whose region bucket is left without a useful grant is
+// paced: once its tokens on hand are spent it is denied locally, and not
+// refilled, until this node's part of the rate has gathered one (Pace;
+// the deny cache).
 //
 // Every grant's tokens may be spent for TTL after the lease call was
 // sent; then they are void. With the decayed credit of returns
@@ -113,7 +115,7 @@ type Manager struct {
 }
 
 type counters struct {
-	calls, groups, granted, denials, returned, evicted, stranded atomic.Int64
+	calls, groups, granted, denials, paced, returned, evicted, stranded atomic.Int64
 }
 
 // Stats are counts since the manager started, for benchmarks and metrics.
@@ -123,6 +125,7 @@ type Stats struct {
 	Groups   int64 // lease script calls
 	Granted  int64 // tokens granted
 	Denials  int64 // lease calls the region could not serve (deny cache set)
+	Paced    int64 // grants after which the key's next refill was paced (Pace)
 	Returned int64 // tokens credited back to the region by returns
 	Evicted  int64 // idle keys evicted
 	Stranded int64 // tokens given back by the caller that had nowhere safe to go
@@ -268,7 +271,9 @@ func (m *Manager) Take(ctx context.Context, lim *Limit, subject []byte, cost int
 		now := m.clock.Now()
 		t, rest, ok := e.take(now, cost)
 		if ok {
-			if rest <= int64(e.wm.Load()) && e.flags.Load() == 0 {
+			// A paced key (denyTil ahead) spends what it holds and then is
+			// denied: its refill waits for the pace to end.
+			if rest <= int64(e.wm.Load()) && e.flags.Load() == 0 && now >= e.denyTil.Load() {
 				m.schedule(sh, e, 0)
 			}
 			if e.demand != nil {
@@ -277,6 +282,9 @@ func (m *Manager) Take(ctx context.Context, lim *Limit, subject []byte, cost int
 			r := e.answer(lim, rest)
 			r.Allowed, r.e, r.t = true, e, t
 			return r, nil
+		}
+		if m.closed.Load() {
+			return Result{}, ErrClosed
 		}
 		if deny := e.denyTil.Load(); now < deny || attempt >= 3 {
 			if e.demand != nil {
@@ -313,7 +321,7 @@ func (m *Manager) GiveBack(r *Result) {
 
 // answer fills the honest numbers of a Result.
 func (e *entry) answer(lim *Limit, onHand int64) Result {
-	rem := min(lim.capacity, onHand+max(0, e.left.Load()))
+	rem := min(lim.capacity, onHand+max(0, int64(e.left.Load())))
 	return Result{
 		Limit:     lim.capacity,
 		Remaining: rem,
@@ -457,40 +465,61 @@ func (m *Manager) flush(sh *shard) {
 	close(rnd.done)
 }
 
-// size updates e's rate estimate and returns the grant to ask for.
+// size updates e's rate estimate and returns the grant to ask for. After
+// a paced answer (denyTil set) the grant is capped at this node's part of
+// what gathered since its last grant (PacedWant).
 func (m *Manager) size(e *entry, lim *Limit, now, need int64) int64 {
 	_, old, cur := e.live(now)
-	if ce := e.curExp.Load(); ce != 0 {
-		since := time.Duration(now - (ce - int64(lim.cfg.TTL)))
+	ce := e.curExp.Load()
+	var since time.Duration
+	if ce != 0 {
+		since = time.Duration(now - (ce - int64(lim.cfg.TTL)))
 		consumed := int64(e.lastHand) - (old + cur)
 		e.rate = float32(EstimateRate(float64(e.rate), consumed, since, lim.cfg.TargetPeriod/10))
 	}
-	return GrantSize(float64(e.rate), lim.cfg, lim.capacity, need)
+	want := GrantSize(float64(e.rate), lim.cfg, lim.capacity, need)
+	if ce != 0 && e.denyTil.Load() != 0 && e.bucket > 0 {
+		want = PacedWant(lim.cfg, float64(e.bucket), since, want, need)
+	}
+	return want
 }
 
 // apply installs one lease answer into its entry.
 func (m *Manager) apply(p refill, lim *Limit, sent int64, r region.LeaseResult) {
 	g := r.Items[0]
 	e := p.e
-	e.left.Store(g.Left)
+	e.left.Store(int32(min(g.Left, math.MaxInt32)))
+	e.bucket = float32(g.Rate)
+	now := m.clock.Now()
+	// Pacing: when the bucket is left without a useful grant for this
+	// node, the next refill waits until this node's part of the rate has
+	// gathered one; requests meanwhile are denied from memory.
+	pace := func(retry time.Duration) int64 {
+		d := Pace(lim.cfg, g.Rate, g.Burst, g.Left, float64(e.rate), retry)
+		if d <= 0 {
+			return 0
+		}
+		return now + int64(d)
+	}
 	if !r.Granted {
 		if g.RetryAfter < 0 { // a coordinator share smaller than the cost
-			e.denyTil.Store(m.clock.Now() + int64(lim.cfg.TTL))
-		} else if g.RetryAfter > 0 {
-			// Waiting at least a sixteenth of the target period lets tokens
-			// gather in the region bucket, so a flood on an empty bucket
-			// costs Redis a few calls per second, not one per token.
-			e.denyTil.Store(m.clock.Now() + int64(max(g.RetryAfter, lim.cfg.TargetPeriod/16)))
+			e.denyTil.Store(now + int64(lim.cfg.TTL))
+		} else {
+			e.denyTil.Store(max(pace(g.RetryAfter), now+1))
 		}
 		m.stats.denials.Add(1)
 		return
 	}
 	m.stats.granted.Add(g.Granted)
-	e.denyTil.Store(0)
+	deny := pace(0)
+	if deny != 0 {
+		m.stats.paced.Add(1)
+	}
+	e.denyTil.Store(deny)
 	if g.Granted == 0 {
 		return
 	}
-	onHand := e.install(m.clock.Now(), sent+int64(lim.cfg.TTL), g.Granted)
+	onHand := e.install(now, sent+int64(lim.cfg.TTL), g.Granted)
 	e.lastHand = int32(min(onHand, math.MaxInt32))
 	e.wm.Store(int32(min(Watermark(lim.cfg, g.Granted), maxGrant)))
 }
@@ -568,7 +597,7 @@ func (m *Manager) Stats() Stats {
 	}
 	return Stats{
 		Keys: n, Calls: m.stats.calls.Load(), Groups: m.stats.groups.Load(), Granted: m.stats.granted.Load(),
-		Denials: m.stats.denials.Load(), Returned: m.stats.returned.Load(), Evicted: m.stats.evicted.Load(),
+		Denials: m.stats.denials.Load(), Paced: m.stats.paced.Load(), Returned: m.stats.returned.Load(), Evicted: m.stats.evicted.Load(),
 		Stranded: m.stats.stranded.Load(),
 	}
 }

@@ -1,0 +1,126 @@
+package lease
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestUsefulGrant(t *testing.T) {
+	c := Defaults() // target 1s, max share 0.5
+	for _, tc := range []struct {
+		name  string
+		rate  float64
+		burst int64
+		use   float64
+		want  int64
+	}{
+		{"saturated: part 100/s over 0.75 s", 200, 200, 1000, 75},
+		{"light user needs less", 200, 200, 20, 15},
+		{"capped at max share of the burst", 10_000, 100, 1e6, 50},
+		{"never below one", 1, 1, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, UsefulGrant(c, tc.rate, tc.burst, tc.use))
+		})
+	}
+}
+
+func TestPace(t *testing.T) {
+	c := Defaults()
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name  string
+		rate  float64
+		burst int64
+		left  int64
+		use   float64
+		retry time.Duration
+		want  time.Duration
+	}{
+		{"bucket still holds a useful grant: no pace", 200, 200, 80, 1000, 0, 0},
+		{"empty bucket: the part gathers a useful grant", 200, 200, 0, 1000, 0, 750 * ms},
+		{"less than a useful grant left: it is the others' part, a full wait", 200, 200, 50, 1000, 0, 750 * ms},
+		{"a full bucket's fill time is the cap", 200, 200, 60, 1000, 0, 700 * ms},
+		{"light user waits for its own smaller grant", 200, 200, 0, 20, 0, 150 * ms},
+		{"never past the bucket's fill time", 1000, 100, 0, 1e6, 0, 100 * ms},
+		{"a denial waits at least its retry time", 200, 200, 0, 1000, 900 * ms, 900 * ms},
+		{"a denial with a useful grant left waits its retry", 200, 200, 90, 1000, 20 * ms, 20 * ms},
+		{"at least a millisecond", 1e6, 1, 0, 1e6, 0, ms},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, Pace(c, tc.rate, tc.burst, tc.left, tc.use, tc.retry))
+		})
+	}
+}
+
+func TestPacedWant(t *testing.T) {
+	c := Defaults()
+	for _, tc := range []struct {
+		name       string
+		rate       float64
+		elapsed    time.Duration
+		want, need int64
+		out        int64
+	}{
+		{"part of what gathered", 200, 750 * time.Millisecond, 100, 0, 75},
+		{"grant size below the part stays", 200, time.Second, 40, 0, 40},
+		{"never below need", 200, 10 * time.Millisecond, 100, 5, 5},
+		{"never below one", 200, 0, 100, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.out, PacedWant(c, tc.rate, tc.elapsed, tc.want, tc.need))
+		})
+	}
+}
+
+// A saturated key is paced: once the region bucket is drained, requests
+// are denied from memory with an honest retry_after, and the manager
+// sends no refill until the pace ends, however many requests come.
+func TestSaturatedKeyIsPaced(t *testing.T) {
+	clk := NewManualClock()
+	src := newFake(clk)
+	m := newManager(t, src, clk)
+	lim := newLimit(t, m, spec(200, time.Second, 200), Config{}, false)
+	ctx := context.Background()
+	subj := []byte("hot")
+	take := func() Result {
+		r, err := m.Take(ctx, lim, subj, 1)
+		require.NoError(t, err)
+		return r
+	}
+	// Drain the bucket: grants ramp until the bucket is empty.
+	for range 2000 {
+		if !take().Allowed && m.Stats().Paced > 0 {
+			break
+		}
+		waitIdle(t, m)
+	}
+	require.Positive(t, m.Stats().Paced, "a drained bucket paces the key")
+	waitIdle(t, m)
+	// Spend what is on hand; then denials come from memory.
+	for take().Allowed {
+	}
+	calls := m.Stats().Calls
+	r := take()
+	assert.False(t, r.Allowed)
+	assert.Greater(t, r.RetryAfter, 100*time.Millisecond, "retry_after is the pace, not a round trip")
+	for range 1000 {
+		clk.Advance(r.RetryAfter / 2000)
+		take()
+	}
+	waitIdle(t, m)
+	assert.Equal(t, calls, m.Stats().Calls, "no refill during the pace")
+	// After the pace, one refill brings a useful grant.
+	clk.Advance(r.RetryAfter)
+	got := 0
+	for take().Allowed {
+		got++
+	}
+	waitIdle(t, m)
+	assert.GreaterOrEqual(t, got, 50, "the paced grant is useful")
+	assert.LessOrEqual(t, m.Stats().Calls-calls, int64(2))
+}
