@@ -153,9 +153,10 @@ func UsefulGrant(c Config, rate float64, burst int64, use float64) int64 {
 // rate takes to gather a useful grant. What is left does not shorten the
 // wait: on a contended bucket it is the other nodes' part (counting it
 // made a node refill again within a fraction of the pace for a handful of
-// tokens). The wait is never longer than the bucket takes to fill from
-// left (refill past the burst is lost: waiting longer would under-admit),
-// and never shorter than retry, a denial's own retry time (the waiting
+// tokens). The wait ends PaceSlack before the bucket would be full again
+// (at the latest at a quarter of its fill time): refill past the burst is
+// lost, so a node that is late by a scheduler stall must not under-admit.
+// It is never shorter than retry, a denial's own retry time (the waiting
 // cost cannot be served sooner). Requests meanwhile are denied from
 // memory; a contended key then costs each node one call per wait instead
 // of one per round trip.
@@ -168,11 +169,15 @@ func Pace(c Config, rate float64, burst, left int64, use float64, retry time.Dur
 	if left >= u {
 		return max(retry, 0)
 	}
-	wait := float64(u) / Part(c, rate)
-	fill := float64(max(burst-left, 0)) / rate
-	d := time.Duration(math.Min(wait, fill) * float64(time.Second))
-	return max(d, retry, time.Millisecond)
+	wait := time.Duration(float64(u) / Part(c, rate) * float64(time.Second))
+	fill := time.Duration(float64(max(burst-left, 0)) / rate * float64(time.Second))
+	wait = min(wait, max(fill-PaceSlack, fill/4))
+	return max(wait, retry, time.Millisecond)
 }
+
+// PaceSlack is how late a paced refill may be (a stalled or busy node)
+// before the region bucket fills up and its refill is lost.
+const PaceSlack = 50 * time.Millisecond
 
 // PacedWant caps the grant a refill asks for after a paced wait: the
 // node's part of what gathered in the region bucket since its last grant,
