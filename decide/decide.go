@@ -233,7 +233,7 @@ func (d *Decider) Check(ctx context.Context, r *policy.Request) (Decision, error
 	if len(leased) > 0 {
 		var takeBuf [8]leasedTake
 		var denied bool
-		takes, denied, failed, cause = d.takeLeased(ctx, set, leased, r, tier, cost, takeBuf[:0])
+		takes, denied, failed, cause = d.takeLeased(ctx, set, leased, r, tier, cost, takeBuf[:0], &p)
 		if IsOverloaded(cause) {
 			d.giveBack(takes)
 			return Decision{}, fmt.Errorf("leased check: %w", cause)

@@ -89,8 +89,10 @@ type leasedTake struct {
 // denied (then every enforced take is given back), and the policies whose
 // take failed because a refill could not reach the store, with the last
 // such error: those are decided by their on_store_failure, and the
-// policy's own takes are given back.
-func (d *Decider) takeLeased(ctx context.Context, set *policy.Set, pols []*policy.Compiled, r *policy.Request, tier string, cost int64, takes []leasedTake) (_ []leasedTake, denied bool, failed []*policy.Compiled, err error) {
+// policy's own takes are given back. A policy with a cold key (the lease
+// manager answers Result.Exact: leasing it would cost more than it
+// saves) gives its takes back and is added to the exact plan p.
+func (d *Decider) takeLeased(ctx context.Context, set *policy.Set, pols []*policy.Compiled, r *policy.Request, tier string, cost int64, takes []leasedTake, p *plan) (_ []leasedTake, denied bool, failed []*policy.Compiled, err error) {
 	var buf [256]byte
 	for _, pol := range pols {
 		lims := d.leasedLimits(set, pol)
@@ -102,6 +104,12 @@ func (d *Decider) takeLeased(ctx context.Context, set *policy.Set, pols []*polic
 				d.giveBack(takes[start:])
 				takes = takes[:start]
 				failed, err = append(failed, pol), terr
+				break
+			}
+			if res.Exact {
+				d.giveBack(takes[start:])
+				takes = takes[:start]
+				p.add(pol.Subject(r, tier), pol, cost)
 				break
 			}
 			takes = append(takes, leasedTake{pol: pol, lim: &pol.Limits[i], res: res})

@@ -142,3 +142,50 @@ func TestLeasedWaitAndExactCallShareOneTimeout(t *testing.T) {
 	// timeout − wait = 200 ms can be left (less on a slow machine).
 	assert.LessOrEqual(t, left, timeout-wait, "the store call got a fresh timeout after the lease wait")
 }
+
+// A cold key of a leased policy (lease.Options.ColdExact, as a node runs)
+// is decided on the exact path: its check goes to check.lua (no lease
+// call) and debits the same bucket; checked again soon, the key is
+// leased. All-or-nothing holds across both paths. (Its status still says
+// exact: false, as every leased policy's does.)
+func TestColdLeasedKeyDecidedExactly(t *testing.T) {
+	st, err := region.Open(context.Background(), []string{redistest.Server(t).Addr}, region.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	m, err := lease.New(lease.Options{Source: st, ColdExact: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	set, err := policy.Load("test", []byte(leasedPolicies))
+	require.NoError(t, err)
+	d := decide.New(st, set, nil)
+	d.UseLeases(m)
+	ctx := context.Background()
+
+	dec, err := d.Check(ctx, &policy.Request{Tenant: "cold", Route: "/x"})
+	require.NoError(t, err)
+	assert.Equal(t, decide.Allowed, dec.Outcome)
+	assert.Equal(t, int64(9), dec.Remaining, "first sight: check.lua debited the bucket")
+	assert.Equal(t, int64(1), m.Stats().Exact)
+	assert.Zero(t, m.Stats().Calls)
+
+	// Checked again at once: leased, from the same bucket (9 left).
+	allowed := 1
+	for range 14 {
+		dec, err = d.Check(ctx, &policy.Request{Tenant: "cold", Route: "/x"})
+		require.NoError(t, err)
+		if dec.Outcome == decide.Allowed {
+			allowed++
+		}
+	}
+	assert.Positive(t, m.Stats().Calls, "then leased")
+	assert.Equal(t, 10, allowed, "exact and leased admissions share the bucket: exactly the burst")
+	assert.Equal(t, int64(1), m.Stats().Exact)
+
+	// A cold leased key next to an exact policy: both go in one store call,
+	// and the exact limit still decides the 4th request.
+	for i := range 4 {
+		dec, err = d.Check(ctx, &policy.Request{Tenant: "cold2", Client: "c", Route: "/both"})
+		require.NoError(t, err)
+		assert.Equal(t, i < 3, dec.Outcome == decide.Allowed, "request %d", i)
+	}
+}

@@ -6,7 +6,7 @@ import (
 
 // entry is one tracked key: the tokens this node holds for it and what is
 // needed to refill them. Its size is the per-key memory cost, so fields
-// are as small as the maths allows (96 bytes; see TestMemoryPerKey).
+// are as small as the maths allows (112 bytes; see BenchmarkMemoryPerKey).
 //
 // Tokens on hand live in two lease generations packed in gens, so that
 // a refill never extends the life of tokens from an earlier grant: cur
@@ -25,10 +25,13 @@ type entry struct {
 	// bucket was empty or too low for a useful grant (see Pace). 0 after an
 	// answer that left a useful grant in the bucket.
 	denyTil atomic.Int64
-	demand  *demand // nil unless the limit is global-scope
-	flags   atomic.Uint32
-	wm      atomic.Int32 // refill when on hand <= wm
-	left    atomic.Int32 // region bucket tokens after the last grant (for Remaining), capped
+	// seen is the clock ns of the last Take sent to the exact path
+	// because the key was cold (Options.ColdExact); 0 if none.
+	seen   atomic.Int64
+	demand *demand // nil unless the limit is global-scope
+	flags  atomic.Uint32
+	wm     atomic.Int32 // refill when on hand <= wm
+	left   atomic.Int32 // region bucket tokens after the last grant (for Remaining), capped
 	// Written only by the refill of this entry (one at a time) and read by
 	// the next one: the recent-rate estimate, what was on hand just after
 	// the last grant, and the bucket's effective rate (tokens/s) from the

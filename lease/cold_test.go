@@ -1,0 +1,62 @@
+package lease
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// With ColdExact a key not seen within half its lease TTL is sent to the
+// exact path (nothing taken, no lease call); a key checked again within
+// that time leases as usual; a global-scope limit always leases.
+func TestColdKeysGoExact(t *testing.T) {
+	clk := NewManualClock()
+	src := newFake(clk)
+	m, err := New(Options{Source: src, Clock: clk, SweepEvery: -1, ColdExact: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	cfg := Config{TargetPeriod: time.Second, TTL: 2 * time.Second}
+	lim := newLimit(t, m, spec(100, time.Second, 100), cfg, false)
+	ctx := context.Background()
+	take := func(l *Limit, subj string) Result {
+		r, err := m.Take(ctx, l, []byte(subj), 1)
+		require.NoError(t, err)
+		return r
+	}
+
+	r := take(lim, "k")
+	assert.True(t, r.Exact, "first sight: exact")
+	assert.False(t, r.Allowed)
+	assert.Zero(t, m.Stats().Calls, "no lease call for a cold key")
+
+	clk.Advance(500 * time.Millisecond) // within TTL/2 of the last sight
+	r = take(lim, "k")
+	assert.False(t, r.Exact, "seen again soon: leased")
+	assert.True(t, r.Allowed)
+	waitIdle(t, m)
+	assert.Positive(t, m.Stats().Calls)
+
+	// Quiet for longer than half the TTL after its last lease: cold again.
+	clk.Advance(3 * time.Second)
+	r = take(lim, "k")
+	assert.True(t, r.Exact, "quiet past TTL/2 since the last lease: exact")
+	assert.Equal(t, int64(2), m.Stats().Exact)
+
+	// Slower than one check per TTL/2, it stays exact.
+	clk.Advance(1500 * time.Millisecond)
+	assert.True(t, take(lim, "k").Exact)
+
+	glob := newLimit(t, m, spec(100, time.Second, 100), cfg, true)
+	r = take(glob, "g")
+	assert.False(t, r.Exact, "global-scope limits always lease")
+	assert.True(t, r.Allowed)
+
+	// A cold key's entry is evicted like an idle one.
+	waitIdle(t, m)
+	clk.Advance(time.Minute)
+	m.Sweep()
+	assert.Zero(t, m.Stats().Keys)
+}
