@@ -1,9 +1,13 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -412,4 +416,24 @@ func TestSlowRefillIsWaitedFor(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, r.Allowed)
 	}
+}
+
+// A refill that fails because the store is unavailable (a sick shard,
+// its breaker open) reaches every waiting Take wrapped, so that callers
+// can tell it from a denial with errors.Is, and the warning about it is
+// logged once per warnEvery, not once per round.
+func TestRefillErrorsKeepTheirCause(t *testing.T) {
+	clk := NewManualClock()
+	src := newFake(clk)
+	src.fail = fmt.Errorf("shard a: %w", region.ErrUnavailable)
+	var logged bytes.Buffer
+	m, err := New(Options{Source: src, Clock: clk, SweepEvery: -1, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	lim := newLimit(t, m, spec(100, time.Second, 100), Config{}, false)
+	for i := range 20 {
+		_, err := m.Take(context.Background(), lim, []byte("k"+strconv.Itoa(i)), 1)
+		require.ErrorIs(t, err, region.ErrUnavailable)
+	}
+	assert.Equal(t, 1, strings.Count(logged.String(), "lease refill failed"), logged.String())
 }
