@@ -60,3 +60,33 @@ func TestColdKeysGoExact(t *testing.T) {
 	m.Sweep()
 	assert.Zero(t, m.Stats().Keys)
 }
+
+// A paced key whose pace outlasts half its TTL (target period = TTL) is
+// still hot when the pace ends: it leases, it is not sent to the exact
+// path.
+func TestPacedKeyIsNotCold(t *testing.T) {
+	clk := NewManualClock()
+	src := newFake(clk)
+	m, err := New(Options{Source: src, Clock: clk, SweepEvery: -1, ColdExact: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	lim := newLimit(t, m, spec(200, time.Second, 200), Config{TargetPeriod: time.Second, TTL: time.Second}, false)
+	ctx := context.Background()
+	subj := []byte("hot")
+	var r Result
+	for range 5000 {
+		r, err = m.Take(ctx, lim, subj, 1)
+		require.NoError(t, err)
+		if !r.Allowed && !r.Exact && r.RetryAfter > lim.cfg.TTL/2 {
+			break // paced for longer than TTL/2
+		}
+		waitIdle(t, m)
+	}
+	require.Greater(t, r.RetryAfter, lim.cfg.TTL/2, "the key got paced")
+	exact := m.Stats().Exact
+	clk.Advance(r.RetryAfter)
+	r, err = m.Take(ctx, lim, subj, 1)
+	require.NoError(t, err)
+	assert.False(t, r.Exact, "a key at the end of its pace leases")
+	assert.Equal(t, exact, m.Stats().Exact)
+}

@@ -10,7 +10,9 @@
 // joins. A key whose region bucket is left without a useful grant is
 // paced: once its tokens on hand are spent it is denied locally, and not
 // refilled, until this node's part of the rate has gathered one (Pace;
-// the deny cache).
+// the deny cache). With Options.ColdExact a key too cold to use a grant
+// before it expires is not leased: Take tells the caller to decide it on
+// the exact path.
 //
 // Every grant's tokens may be spent for TTL after the lease call was
 // sent; then they are void. With the decayed credit of returns
@@ -335,9 +337,11 @@ func (m *Manager) cold(e *entry, lim *Limit, now int64) bool {
 		return false
 	}
 	ttl := int64(lim.cfg.TTL)
-	last := e.seen.Load()
+	// The last sign of use: a cold Take, the last lease call sent, or the
+	// end of a pace (a contended key whose pace outlasts TTL/2 is hot).
+	last := max(e.seen.Load(), e.denyTil.Load())
 	if ce := e.curExp.Load(); ce != 0 {
-		last = max(last, ce-ttl) // when the last lease call was sent
+		last = max(last, ce-ttl)
 	}
 	e.seen.Store(now)
 	return last == 0 || now-last > ttl/2
