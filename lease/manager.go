@@ -54,6 +54,19 @@ var ErrClosed = errors.New("lease: manager closed")
 // its CallTimeout. A healthy but busy node never returns it.
 var ErrWaitTimeout = errors.New("lease: refill took longer than the wait bound")
 
+// waitAborted is the error of a Take whose caller stopped waiting for its
+// refill (ctx ended). The store did not fail, so it is marked as overload
+// (decide.IsOverloaded), as region marks a call its caller stopped
+// waiting for, and is not decided by on_store_failure.
+type waitAborted struct{ err error }
+
+func (w waitAborted) Error() string { return "lease: waiting for a refill: " + w.err.Error() }
+
+func (w waitAborted) Unwrap() error { return w.err }
+
+// Overloaded marks the error for decide.IsOverloaded.
+func (waitAborted) Overloaded() bool { return true }
+
 // Bounds of Options.MaxWait, the safety cap on a waiting Take.
 const (
 	// MinMaxWait is the smallest cap: below it a cap would fire on a
@@ -426,7 +439,7 @@ func (m *Manager) await(ctx context.Context, sh *shard, e *entry, need int64) (d
 	case <-r.done:
 		return e.flags.Load()&flagDead != 0, r.err
 	case <-ctx.Done():
-		return false, fmt.Errorf("lease: waiting for a refill: %w", ctx.Err())
+		return false, waitAborted{ctx.Err()}
 	case <-t.C:
 		return false, ErrWaitTimeout
 	}

@@ -437,3 +437,21 @@ func TestRefillErrorsKeepTheirCause(t *testing.T) {
 	}
 	assert.Equal(t, 1, strings.Count(logged.String(), "lease refill failed"), logged.String())
 }
+
+// A Take whose caller stops waiting for its refill fails with the
+// caller's ctx error, marked as overload: the store did not fail.
+func TestAbortedWaitIsOverload(t *testing.T) {
+	clk := NewManualClock()
+	src := newFake(clk)
+	src.gate = make(chan struct{})
+	m := newManager(t, src, clk)
+	lim := newLimit(t, m, spec(100, time.Second, 100), Config{}, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := m.Take(ctx, lim, []byte("k"), 1)
+	require.ErrorIs(t, err, context.Canceled)
+	var o interface{ Overloaded() bool }
+	require.ErrorAs(t, err, &o)
+	assert.True(t, o.Overloaded())
+	close(src.gate)
+}
