@@ -64,6 +64,9 @@ type Config struct {
 	// Transport: TLS on the listeners, credentials and TLS to Redis and
 	// NATS (node/tls.go).
 	Transport Transport
+	// GRPCLimits bound connections, streams, handshakes and idle
+	// connections of the gRPC listener (node/grpclimits.go).
+	GRPCLimits GRPCLimits
 }
 
 // Node is a running node. Close stops it.
@@ -125,7 +128,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.GRPCAddr, err)
 	}
 	n.lis = lis
-	n.grpc = grpc.NewServer(append(cfg.Transport.grpcOptions(), n.grpcTelemetry()...)...)
+	opts := append(cfg.Transport.grpcOptions(), cfg.GRPCLimits.serverOptions()...)
+	n.grpc = grpc.NewServer(append(opts, n.grpcTelemetry()...)...)
 	ratelimitv1.RegisterRateLimiterServiceServer(n.grpc, server.NewGRPC(n.decider, server.GRPCOptions{Observe: n.observeHook()}))
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpc, n.health)
@@ -133,7 +137,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.watchStore()
 	rlsv3.RegisterRateLimitServiceServer(n.grpc, server.NewEnvoy(n.decider, server.EnvoyOptions{Observe: n.observeHook()}))
 	reflection.Register(n.grpc)
-	go func() { n.served <- n.grpc.Serve(lis) }()
+	go func() { n.served <- n.grpc.Serve(cfg.GRPCLimits.listener(lis)) }()
 	if err := errors.Join(n.startHTTP(), n.startTelemetry()); err != nil {
 		n.closing.Store(true)
 		n.grpc.Stop()

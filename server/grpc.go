@@ -20,6 +20,21 @@ import (
 // MaxBatch is the most checks one CheckRateLimitBatch call may carry.
 const MaxBatch = 1000
 
+// MaxMessageBytes is the gRPC receive limit a node sets: the largest legal
+// call, a batch of MaxBatch checks (or an Envoy request of MaxBatch
+// descriptors with the default keys) with every field at its length limit,
+// plus room for the Envoy domain. A larger message cannot be valid, and
+// grpc-go refuses it from its 5-byte length prefix (RESOURCE_EXHAUSTED)
+// before allocating it; grpc-go's 4 MiB default let 200 concurrent ~4 MB
+// messages, all invalid, take a node to 1.3 GB. The tests check a
+// largest legal batch fits.
+const MaxMessageBytes = MaxBatch*maxCheckBytes + 64<<10
+
+// maxCheckBytes bounds one legal check on the wire: the field limits of
+// decide.Input (2,048 + 3 x 256 + 64 + 16 bytes) plus tags, lengths and,
+// for Envoy, the entries' key names.
+const maxCheckBytes = 3200
+
 // Checker decides one validated request. *decide.Decider is one.
 type Checker interface {
 	Check(ctx context.Context, r *decide.Request) (decide.Decision, error)

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"strings"
@@ -62,6 +63,10 @@ func run(args []string) error {
 	leaseShare := fs.Float64("lease-max-share", lease.DefaultMaxShare, "leased policies: one grant is at most this fraction of the burst (lower: fairer between nodes, more calls)")
 	metricsAddr := fs.String("metrics-addr", "", "listen address of GET /metrics (Prometheus); empty serves /metrics on --http-addr")
 	otlpEndpoint := fs.String("otlp-endpoint", "", "OTLP/gRPC collector for traces of checks (http://HOST:4317 plaintext, https:// TLS, or HOST:PORT plaintext); empty exports no spans")
+	grpcMaxConns := fs.Int("grpc-max-connections", node.DefaultGRPCMaxConnections, "most gRPC connections served at once (more wait in the accept queue); -1: unlimited")
+	grpcMaxStreams := fs.Uint("grpc-max-streams", node.DefaultGRPCMaxStreams, "most concurrent gRPC calls on one connection")
+	grpcHandshake := fs.Duration("grpc-handshake-timeout", node.DefaultGRPCHandshakeTimeout, "a gRPC connection that has not finished its TLS handshake and HTTP/2 preface in this long is closed")
+	grpcIdle := fs.Duration("grpc-idle-timeout", node.DefaultGRPCIdleTimeout, "a gRPC connection with no call in flight for this long is closed (clients reconnect)")
 	res := resilienceFlags(fs)
 	multi := multiRegionFlags(fs)
 	transport := transportFlags(fs)
@@ -119,6 +124,12 @@ func run(args []string) error {
 		Transport:    tr,
 		Telemetry:    tel,
 		MetricsAddr:  *metricsAddr,
+		GRPCLimits: node.GRPCLimits{
+			MaxConnections:   *grpcMaxConns,
+			MaxStreams:       uint32(min(*grpcMaxStreams, math.MaxUint32)),
+			HandshakeTimeout: *grpcHandshake,
+			IdleTimeout:      *grpcIdle,
+		},
 	})
 	if err != nil {
 		return err
