@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/allot-dev/allot/decide"
+	"github.com/allot-dev/allot/internal/ratelog"
 	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/memstore"
 	"github.com/allot-dev/allot/middleware"
@@ -73,6 +74,7 @@ type Config struct {
 type Node struct {
 	cfg     Config
 	log     *slog.Logger
+	reqLog  *slog.Logger // rate-limited: see perRequestLog
 	lis     net.Listener
 	grpc    *grpc.Server
 	health  *health.Server
@@ -111,7 +113,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, errors.Join(err, n.closeAll())
 	}
-	n.decider = decide.New(n.instrument(store), set, log)
+	n.decider = decide.New(n.instrument(store), set, n.perRequestLog())
 	if n.leases != nil {
 		n.decider.UseLeases(n.leases)
 	}
@@ -161,7 +163,7 @@ func (n *Node) openStore(ctx context.Context) (decide.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to region redis %v: %w", n.cfg.Redis, err)
 	}
-	m, err := lease.New(lease.Options{Source: n.leaseSource(st), Defaults: n.cfg.Lease, Logger: n.log, MaxWait: call})
+	m, err := lease.New(lease.Options{Source: n.leaseSource(st), Defaults: n.cfg.Lease, Logger: n.perRequestLog(), MaxWait: call})
 	if err != nil {
 		_ = st.Close()
 		return nil, fmt.Errorf("lease manager: %w", err)
@@ -174,6 +176,17 @@ func (n *Node) openStore(ctx context.Context) (decide.Store, error) {
 		return errors.Join(m.Close(ctx), st.Close())
 	})
 	return st, nil
+}
+
+// perRequestLog is the logger of the parts that log per request or per
+// refill (the decider, the lease manager): one line per message per 10 s,
+// with the count suppressed, so an outage cannot flood the log. One
+// limiter for both, made on first use.
+func (n *Node) perRequestLog() *slog.Logger {
+	if n.reqLog == nil {
+		n.reqLog = ratelog.New(n.log, ratelog.DefaultEvery, nil)
+	}
+	return n.reqLog
 }
 
 func (n *Node) storeName() string {
