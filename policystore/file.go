@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -52,8 +53,12 @@ func OpenFile(path string, opts Options) (*FileStore, error) {
 	if path == "" {
 		return nil, errors.New("file store: empty path")
 	}
-	if _, err := os.Stat(path); err != nil {
+	fi, err := os.Stat(path)
+	if err != nil {
 		return nil, fmt.Errorf("file store: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("file store: %w", notRegular(path, fi.Mode()))
 	}
 	poll := opts.PollInterval
 	if poll <= 0 {
@@ -71,7 +76,7 @@ func (s *FileStore) Close() error { return nil }
 // read returns the file's bytes and parsed content. A file that does not
 // parse is returned as a *policy.ValidationError with an empty file.
 func (s *FileStore) read() ([]byte, *policy.File, error) {
-	data, err := os.ReadFile(s.path)
+	data, err := readRegular(s.path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read policies: %w", err)
 	}
@@ -80,6 +85,31 @@ func (s *FileStore) read() ([]byte, *policy.File, error) {
 		return data, &policy.File{}, problemsErr(s.path, []policy.Problem{{Field: "file", Msg: err.Error()}})
 	}
 	return data, f, nil
+}
+
+// readRegular reads path if it is a regular file and refuses anything
+// else. Reading a FIFO (--policies <(generator)) or a device blocked the
+// watcher, and every admin call on the store, for ever. The file is opened
+// non-blocking, so opening a FIFO returns at once, and checked with fstat
+// on the open descriptor, so it cannot be swapped after the check.
+func readRegular(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, notRegular(path, fi.Mode())
+	}
+	return io.ReadAll(f)
+}
+
+func notRegular(path string, m fs.FileMode) error {
+	return fmt.Errorf("%s is not a regular file (%s): a policy file must be a plain file, since a FIFO or device would block its reader; write the policies to a file and point --policies at it", path, m.Type())
 }
 
 func hashRev(data []byte) Rev {
