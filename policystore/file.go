@@ -151,16 +151,33 @@ func statID(path string) (fileID, error) {
 // file when its content hash changed, once it has been stable for one
 // poll interval. A change is delivered within two intervals. After the
 // first delivery an empty (0-byte) file is ignored as a write in progress.
+//
+// On Linux a file changed in place (same inode) is applied only once a
+// writer has closed it (inotify IN_CLOSE_WRITE): a writer that pauses
+// mid-file, at a policy boundary, had its prefix applied, dropping the
+// policies still to come. A file replaced by a rename (or a symlink swap,
+// as Kubernetes ConfigMaps do) is complete by construction and applied
+// once stable. Elsewhere, or if inotify is unavailable, stability alone
+// decides.
 func (s *FileStore) Watch(ctx context.Context, fn func(Snapshot)) error {
 	var (
 		last, settling fileID
 		lastRev        Rev
 		first          = true
 		missing        bool
+		closed         bool // a writer closed the file since the last read
+		waiting        bool // logged that a change waits for its writer
 	)
+	cw := newCloseWatch(s.path)
+	if cw != nil {
+		defer cw.close()
+	}
 	t := time.NewTicker(s.poll)
 	defer t.Stop()
 	for {
+		if cw != nil && cw.closed() {
+			closed = true
+		}
 		id, err := statID(s.path)
 		switch {
 		case err != nil:
@@ -170,13 +187,23 @@ func (s *FileStore) Watch(ctx context.Context, fn func(Snapshot)) error {
 			}
 			missing = true
 		case id == last:
+			closed = false // whatever was closed is what was read
 		case id != settling:
 			// Changed: read it on the next tick if it stays the same, so a
 			// writer that truncates and then writes (an editor, a shell
 			// redirect) is not caught half-way, with an empty set.
 			missing, settling = false, id
+		case cw != nil && !first && id.ino == last.ino && !closed:
+			// Changed in place and still open for writing: wait.
+			if !waiting {
+				s.log.Info("policy file changed but its writer has not closed it; waiting (replace the file by rename to apply at once)", "path", s.path)
+			}
+			waiting = true
 		default:
-			missing, last = false, id
+			if cw != nil && id.ino != last.ino {
+				cw.rewatch(s.path) // before reading: a close from now on is seen
+			}
+			missing, last, closed, waiting = false, id, false, false
 			data, f, err := s.read()
 			if data == nil {
 				s.log.Warn("policy file unreadable; keeping the last set", "path", s.path, "err", err)
