@@ -159,6 +159,11 @@ func (r *Reloader) apply(s Snapshot, target Target) {
 	target.SetPolicies(set)
 	r.applied(s.Rev, set)
 	r.log.Info("policy set applied", "store", source, "rev", uint64(s.Rev), "policies", set.Len())
+	if s.File != nil {
+		for _, w := range policy.Warnings(s.File) {
+			r.log.Warn("policy warning", "rev", uint64(s.Rev), "policy", w.Policy, "field", w.Field, "msg", w.Msg)
+		}
+	}
 }
 
 func (r *Reloader) reject(rev Rev, err error) {
