@@ -118,8 +118,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // CheckAddr refuses to serve writes without a token anywhere but on a
 // loopback address: an open admin API on a network is anyone's limits.
+//
+// It also refuses a token no client can present: one that is blank or has
+// leading or trailing white space (a presented token is trimmed, and a
+// whitespace-only one passed the "needs a token" rule while locking every
+// caller out).
 func CheckAddr(addr, token string) error {
 	if token != "" {
+		if strings.TrimSpace(token) != token || strings.TrimSpace(token) == "" {
+			return errors.New("admin token is blank or has leading or trailing white space: no client could present it (check --admin-token / ALLOT_ADMIN_TOKEN)")
+		}
 		return nil
 	}
 	host, _, err := net.SplitHostPort(addr)

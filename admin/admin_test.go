@@ -306,6 +306,11 @@ func TestCheckAddr(t *testing.T) {
 	assert.Error(t, admin.CheckAddr(":9000", ""))
 	assert.Error(t, admin.CheckAddr("10.0.0.1:9000", ""))
 	assert.NoError(t, admin.CheckAddr(":9000", "tok"))
+	// A token no client can present (presented tokens are trimmed).
+	for _, tok := range []string{" ", "\t \n", " tok", "tok "} {
+		assert.Error(t, admin.CheckAddr(":9000", tok), "%q", tok)
+		assert.Error(t, admin.CheckAddr("127.0.0.1:9000", tok), "%q", tok)
+	}
 }
 
 func TestClientRoundTrip(t *testing.T) {

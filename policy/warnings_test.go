@@ -38,3 +38,14 @@ func TestExamplePoliciesHaveNoWarnings(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, policy.Warnings(f))
 }
+
+// "." and ".." validated but no admin path can name them.
+func TestDotIDsAreRejected(t *testing.T) {
+	for _, id := range []string{".", ".."} {
+		_, err := policy.Load("t", []byte(`{"policies":[{"id":"`+id+`","per":["tenant"],"limits":[{"name":"s","algorithm":"token_bucket","limit":2,"period":"1s"}]}]}`))
+		require.Error(t, err, id)
+		assert.Contains(t, err.Error(), "path segment")
+	}
+	_, err := policy.Load("t", []byte(`{"policies":[{"id":"...","per":["tenant"],"limits":[{"name":"s","algorithm":"token_bucket","limit":2,"period":"1s"}]}]}`))
+	assert.NoError(t, err, "other dotted ids stay valid")
+}
