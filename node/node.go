@@ -131,6 +131,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.lis = lis
 	opts := append(cfg.Transport.grpcOptions(), cfg.GRPCLimits.serverOptions()...)
+	opts = append(opts, server.MalformedIsInvalid()...)
 	n.grpc = grpc.NewServer(append(opts, n.grpcTelemetry()...)...)
 	ratelimitv1.RegisterRateLimiterServiceServer(n.grpc, server.NewGRPC(n.decider, server.GRPCOptions{Observe: n.observeHook()}))
 	n.health = health.NewServer()
