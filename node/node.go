@@ -15,7 +15,6 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
@@ -77,7 +76,7 @@ type Node struct {
 	reqLog  *slog.Logger // rate-limited: see perRequestLog
 	lis     net.Listener
 	grpc    *grpc.Server
-	health  *health.Server
+	health  *healthServer
 	decider *decide.Decider
 	closers []func() error
 	leases  *lease.Manager // nil in standalone mode
@@ -134,9 +133,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	opts = append(opts, server.MalformedIsInvalid()...)
 	n.grpc = grpc.NewServer(append(opts, n.grpcTelemetry()...)...)
 	ratelimitv1.RegisterRateLimiterServiceServer(n.grpc, server.NewGRPC(n.decider, server.GRPCOptions{Observe: n.observeHook()}))
-	n.health = health.NewServer()
+	n.health = newHealthServer()
 	healthpb.RegisterHealthServer(n.grpc, n.health)
+	// Every service the listener serves has an entry, so a probe that
+	// names the Envoy service (grpc-health-probe -service ...) is answered.
 	n.health.SetServingStatus(ratelimitv1.RateLimiterService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	n.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	n.watchStore()
 	rlsv3.RegisterRateLimitServiceServer(n.grpc, server.NewEnvoy(n.decider, server.EnvoyOptions{Observe: n.observeHook()}))
 	reflection.Register(n.grpc)
@@ -211,6 +213,7 @@ func (n *Node) Done() <-chan error { return n.served }
 func (n *Node) Close(timeout time.Duration) error {
 	n.closing.Store(true)
 	n.health.Shutdown()
+	n.health.endWatches()
 	// HTTP first, then gRPC, sharing one deadline.
 	httpCtx, cancel := context.WithTimeout(context.Background(), timeout)
 	httpErr := n.closeHTTP(httpCtx)
