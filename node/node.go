@@ -67,7 +67,17 @@ type Config struct {
 	// GRPCLimits bound connections, streams, handshakes and idle
 	// connections of the gRPC listener (node/grpclimits.go).
 	GRPCLimits GRPCLimits
+	// DrainPeriod is how long Close keeps serving after it marked the node
+	// not ready (/readyz 503, health NOT_SERVING), so that load balancers
+	// and health-checking clients move away before the listeners close;
+	// 0: none. The flag --drain-period defaults to DefaultDrainPeriod.
+	DrainPeriod time.Duration
 }
+
+// DefaultDrainPeriod is --drain-period's default: longer than a load
+// balancer's usual readiness probe interval, short enough to fit a
+// Kubernetes termination grace period (30 s) with --shutdown-timeout.
+const DefaultDrainPeriod = 5 * time.Second
 
 // Node is a running node. Close stops it.
 type Node struct {
@@ -208,11 +218,18 @@ func (n *Node) Decider() *decide.Decider { return n.decider }
 // Done is closed with the serve error when the gRPC server stops.
 func (n *Node) Done() <-chan error { return n.served }
 
-// Close stops the node gracefully: health goes NOT_SERVING, in-flight
-// calls finish (up to timeout, then they are cut), the store is closed.
+// Close stops the node gracefully: health goes NOT_SERVING and /readyz
+// 503, the node keeps serving for Config.DrainPeriod so that traffic moves
+// away, then in-flight calls finish (up to timeout, then they are cut) and
+// the store is closed. Closing the listeners at the instant the node went
+// unready gave clients thousands of UNAVAILABLE at once.
 func (n *Node) Close(timeout time.Duration) error {
 	n.closing.Store(true)
 	n.health.Shutdown()
+	if d := n.cfg.DrainPeriod; d > 0 {
+		n.log.Info("not ready; draining before stopping", "drain_period", d)
+		time.Sleep(d) // serving goes on meanwhile: this is the drain
+	}
 	n.health.endWatches()
 	// HTTP first, then gRPC, sharing one deadline.
 	httpCtx, cancel := context.WithTimeout(context.Background(), timeout)

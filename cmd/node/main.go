@@ -49,6 +49,7 @@ func run(args []string) error {
 	adminToken := fs.String("admin-token", "", "bearer token admin API writes must present")
 	logger := cli.LogLevel(fs, "info", os.Stderr)
 	shutdown := fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight calls may run after SIGTERM")
+	drain := fs.Duration("drain-period", node.DefaultDrainPeriod, "after SIGTERM, how long the node keeps serving while /readyz answers 503 and gRPC health NOT_SERVING, before it stops (0: stop at once)")
 	httpAddr := fs.String("http-addr", "127.0.0.1:8080", "HTTP listen address for POST /v1/check, /healthz, /readyz; empty disables")
 	upstream := fs.String("upstream", "", "reverse-proxy mode: forward admitted requests to this http(s) URL")
 	proxyAddr := fs.String("proxy-addr", "127.0.0.1:8090", "listen address of the reverse proxy (with --upstream)")
@@ -124,6 +125,7 @@ func run(args []string) error {
 		Transport:    tr,
 		Telemetry:    tel,
 		MetricsAddr:  *metricsAddr,
+		DrainPeriod:  *drain,
 		GRPCLimits: node.GRPCLimits{
 			MaxConnections:   *grpcMaxConns,
 			MaxStreams:       uint32(min(*grpcMaxStreams, math.MaxUint32)),
@@ -136,7 +138,7 @@ func run(args []string) error {
 	}
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down", "timeout", *shutdown)
+		log.Info("shutting down", "drain_period", *drain, "timeout", *shutdown)
 	case err := <-n.Done():
 		return fmt.Errorf("grpc server stopped: %w", err)
 	case err := <-n.HTTPFailed():
