@@ -42,7 +42,8 @@ const (
 type Status struct {
 	PolicyID   string
 	LimitName  string
-	Limit      int64
+	Limit      int64 // capacity: the burst (default the limit)
+	Quota      int64 // tokens per Window: the limit, whatever the burst
 	Remaining  int64
 	ResetAfter time.Duration
 	RetryAfter time.Duration // violated limits only; algorithm.Never if it never can pass
@@ -311,6 +312,7 @@ func (p *plan) decide(results []algorithm.Result, cost int64, takes []leasedTake
 				PolicyID:   ref.policy.ID,
 				LimitName:  ref.limit.Name,
 				Limit:      ref.spec.Capacity(),
+				Quota:      ref.spec.Limit,
 				Remaining:  ir.Remaining,
 				ResetAfter: ir.ResetAfter,
 				Window:     ref.spec.Period,

@@ -217,13 +217,18 @@ var envoyUnits = [...]struct {
 	{rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
 }
 
-// currentLimit states st as "capacity per period". A period of whole
+// currentLimit states st as "quota per period" (the limit, not its burst:
+// a client pacing at the burst would go twice as fast). A period of whole
 // seconds is the longest unit that divides it, times unit_multiplier
 // (90s is 1m30s: SECOND x 90; 2h is HOUR x 2). A sub-second or fractional
 // period is scaled to SECOND, rounding requests_per_unit down.
 func currentLimit(st *decide.Status) *rlsv3.RateLimitResponse_RateLimit {
 	out := &rlsv3.RateLimitResponse_RateLimit{Name: st.PolicyID + "/" + st.LimitName}
-	capacity := min(max(st.Limit, 0), math.MaxUint32)
+	quota := st.Quota
+	if quota <= 0 {
+		quota = st.Limit
+	}
+	capacity := min(max(quota, 0), math.MaxUint32)
 	if st.Window <= 0 {
 		out.RequestsPerUnit = uint32(capacity) // UNKNOWN unit
 		return out

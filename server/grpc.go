@@ -189,6 +189,7 @@ func statuses(in []decide.Status) []*ratelimitv1.LimitStatus {
 			Remaining:         st.Remaining,
 			ResetAfterSeconds: decide.Seconds(max(st.ResetAfter, st.RetryAfter)),
 			WindowSeconds:     decide.Seconds(st.Window),
+			Quota:             st.Quota,
 			Violated:          st.Violated,
 			Exact:             st.Exact,
 		}
