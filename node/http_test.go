@@ -265,6 +265,7 @@ func TestEnvoyRateLimitService(t *testing.T) {
 	require.NoError(t, json.Unmarshal(resp.RawBody, &p))
 	assert.Equal(t, problem.QuotaExceeded, p["type"])
 	assert.Equal(t, []any{"free-tier/per_second"}, p["violated-policies"])
+	assert.Equal(t, "/rls", p["instance"], "raw_body names the instance as the HTTP 429 does")
 
 	// A descriptor no policy applies to is OK with no current limit.
 	resp, err = c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge",

@@ -119,12 +119,29 @@ func (s *Envoy) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest)
 		// Envoy sends raw_body as its 429 body; make it the same problem
 		// document the HTTP faces send.
 		w := &bodyRecorder{h: h}
-		problem.Write(w, problem.Throttled(merged, ""))
+		problem.Write(w, problem.Throttled(merged, envoyInstance(reqs, out.Statuses)))
 		out.RawBody = w.body
 		h.Del("Content-Length") // Envoy sets its own
 	}
 	out.ResponseHeadersToAdd = headerValues(h)
 	return out, nil
+}
+
+// envoyInstance is raw_body's instance, as the HTTP 429 has one: the
+// route of the first over-limit descriptor that names one (Envoy sends no
+// request path), else "/" .
+func envoyInstance(reqs []decide.Request, sts []*rlsv3.RateLimitResponse_DescriptorStatus) string {
+	for i, st := range sts {
+		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT && reqs[i].Route != "" {
+			return reqs[i].Route
+		}
+	}
+	for i := range reqs {
+		if reqs[i].Route != "" {
+			return reqs[i].Route
+		}
+	}
+	return "/"
 }
 
 func decisionOrNil(d *decide.Decision, err error) *decide.Decision {

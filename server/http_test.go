@@ -228,9 +228,12 @@ func TestHTTPCheckBadInput(t *testing.T) {
 	}
 	resp, err := http.Get(url + "/v1/check")
 	require.NoError(t, err)
+	var p405 problem.Details
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&p405))
 	resp.Body.Close()
 	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
 	assert.Equal(t, "POST", resp.Header.Get("Allow"))
+	assert.Equal(t, "/v1/check", p405.Instance)
 }
 
 func TestHTTPHealthAndReadiness(t *testing.T) {
