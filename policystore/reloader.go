@@ -42,6 +42,9 @@ type Status struct {
 	// cleared when a later snapshot is applied.
 	Rejected   Rev
 	RejectedAt time.Time
+	// Rejections counts the snapshots rejected since the reloader
+	// started (each revision once), for alerting on a bad push.
+	Rejections uint64
 	Err        error
 }
 
@@ -169,6 +172,7 @@ func (r *Reloader) apply(s Snapshot, target Target) {
 func (r *Reloader) reject(rev Rev, err error) {
 	r.mu.Lock()
 	r.status.Rejected, r.status.RejectedAt, r.status.Err = rev, time.Now(), err
+	r.status.Rejections++
 	applied := r.status.Applied
 	r.mu.Unlock()
 	problems := problemsOf(err)
