@@ -1,12 +1,16 @@
 package node
 
 import (
+	"context"
 	"net"
 	"time"
 
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/allot-dev/allot/server"
 )
@@ -28,17 +32,24 @@ type GRPCLimits struct {
 	// IdleTimeout closes a connection with no call in flight for this
 	// long; clients reconnect transparently.
 	IdleTimeout time.Duration
+	// MaxInFlight is the most calls in progress on the whole listener; a
+	// call beyond it is refused at once with RESOURCE_EXHAUSTED, before its
+	// message is read. It is what bounds the memory a flood of legal-size
+	// messages can pin: about MaxInFlight x server.MaxMessageBytes.
+	// Negative: unlimited.
+	MaxInFlight int
 }
 
 // Defaults of GRPCLimits. With them, the memory callers can pin with
-// messages in flight is at most MaxConnections x MaxStreams x
-// server.MaxMessageBytes in theory, and one message per call in practice:
-// a message larger than the limit is refused from its length prefix.
+// messages in flight is about MaxInFlight x server.MaxMessageBytes
+// (512 x 3.1 MiB): a message larger than the limit is refused from its
+// length prefix, and a call beyond MaxInFlight before its message is read.
 const (
 	DefaultGRPCMaxConnections   = 4096
 	DefaultGRPCMaxStreams       = 100
 	DefaultGRPCHandshakeTimeout = 5 * time.Second
 	DefaultGRPCIdleTimeout      = 5 * time.Minute
+	DefaultGRPCMaxInFlight      = 512
 )
 
 // Keepalive: pings from clients more often than keepaliveMinTime are a
@@ -63,18 +74,42 @@ func (l GRPCLimits) withDefaults() GRPCLimits {
 	if l.IdleTimeout <= 0 {
 		l.IdleTimeout = DefaultGRPCIdleTimeout
 	}
+	if l.MaxInFlight == 0 {
+		l.MaxInFlight = DefaultGRPCMaxInFlight
+	}
 	return l
+}
+
+// inFlight is the listener-wide cap on calls in progress. Its tap runs
+// when a call's headers arrive (under the transport's lock, so it must not
+// block) and takes a slot or refuses the call; the slot is given back
+// when the call's context ends, which grpc-go does for every call that
+// passed the tap.
+type inFlight chan struct{}
+
+func (f inFlight) tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
+	select {
+	case f <- struct{}{}:
+		context.AfterFunc(ctx, func() { <-f })
+		return ctx, nil
+	default:
+		return nil, status.Errorf(codes.ResourceExhausted, "too many calls in progress on this node (%d): retry, or use another node", cap(f))
+	}
 }
 
 func (l GRPCLimits) serverOptions() []grpc.ServerOption {
 	l = l.withDefaults()
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(server.MaxMessageBytes),
 		grpc.MaxConcurrentStreams(l.MaxStreams),
 		grpc.ConnectionTimeout(l.HandshakeTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: l.IdleTimeout, Time: keepaliveTime, Timeout: keepaliveTimeout}),
 	}
+	if l.MaxInFlight > 0 {
+		opts = append(opts, grpc.InTapHandle(make(inFlight, l.MaxInFlight).tap))
+	}
+	return opts
 }
 
 func (l GRPCLimits) listener(lis net.Listener) net.Listener {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -113,4 +114,29 @@ func TestConnectionLimit(t *testing.T) {
 	defer cancel()
 	_, err = c.CheckRateLimit(ctx, &ratelimitv1.RateLimitRequest{TenantId: "t"}, grpc.WaitForReady(true))
 	require.NoError(t, err)
+}
+
+// Calls in progress on the whole listener are capped: past MaxInFlight a
+// call is refused before its message is read, and the slot comes back
+// when a call ends.
+func TestInFlightLimit(t *testing.T) {
+	n := startLimited(t, node.GRPCLimits{MaxInFlight: 1})
+	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	// A health watch is a call that stays in progress.
+	wctx, stopWatch := context.WithCancel(context.Background())
+	w, err := healthpb.NewHealthClient(conn).Watch(wctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	_, err = w.Recv()
+	require.NoError(t, err)
+	c := ratelimitv1.NewRateLimiterServiceClient(conn)
+	_, err = c.CheckRateLimit(context.Background(), &ratelimitv1.RateLimitRequest{TenantId: "t"})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+
+	stopWatch()
+	require.Eventually(t, func() bool {
+		_, err := c.CheckRateLimit(context.Background(), &ratelimitv1.RateLimitRequest{TenantId: "t"})
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond, "the slot came back")
 }

@@ -10,7 +10,7 @@ package node_test
 //	flock /tmp/allot-cpu.lock go test -tags hostile ./node -run Hostile -v -count=1
 //
 // ALLOT_NODE_BIN picks the binary (e.g. one built from an older commit);
-// by default ./cmd/node is built.
+// by default ./cmd/node is built. ALLOT_NODE_ARGS adds flags.
 
 import (
 	"context"
@@ -52,7 +52,11 @@ func freePort(t *testing.T) string {
 
 func startBinary(t *testing.T) (*exec.Cmd, string) {
 	addr := freePort(t)
-	cmd := exec.Command(nodeBinary(t), "--grpc-addr", addr, "--http-addr", "", "--policies", policyFile(t, testPolicies))
+	args := []string{"--grpc-addr", addr, "--http-addr", "", "--policies", policyFile(t, testPolicies)}
+	if extra := os.Getenv("ALLOT_NODE_ARGS"); extra != "" {
+		args = append(args, strings.Fields(extra)...) // e.g. "--grpc-max-inflight 64"
+	}
+	cmd := exec.Command(nodeBinary(t), args...)
 	cmd.Stderr = os.Stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
