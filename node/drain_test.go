@@ -35,7 +35,8 @@ func TestDrainPeriodKeepsServingWhileNotReady(t *testing.T) {
 	b, cb := start(0)
 	t.Cleanup(func() { assert.NoError(t, b.Close(5*time.Second)) })
 
-	var aUnready atomic.Bool // what the client's readiness probe last saw
+	readyz := "http://" + a.HTTPAddr() + "/readyz" // read before Close runs
+	var aUnready atomic.Bool                       // what the client's readiness probe last saw
 	probeDone := make(chan struct{})
 	stopProbe := make(chan struct{})
 	go func() {
@@ -46,7 +47,7 @@ func TestDrainPeriodKeepsServingWhileNotReady(t *testing.T) {
 				return
 			case <-time.After(20 * time.Millisecond): // the client's probe interval
 			}
-			resp, err := http.Get("http://" + a.HTTPAddr() + "/readyz")
+			resp, err := http.Get(readyz)
 			if err != nil || resp.StatusCode != http.StatusOK {
 				aUnready.Store(true)
 			}
