@@ -105,15 +105,11 @@ type Spec struct {
 // entry per admitted token, so a key can cost O(Limit) memory in Redis.
 const MaxLogLimit = 10_000
 
-// maxGCRATolerance bounds GCRA's burst tolerance, Burst times the emission
-// interval in microseconds: the scripts hold it in a double, exact only
-// below 2^53 (about 285 years).
-const maxGCRATolerance = 1 << 53
-
 // Validate reports what makes s unusable, beyond the ranges a policy file
 // checks: an unknown algorithm, a sub-millisecond period (the scripts take
-// milliseconds), and each algorithm's own bounds. Several problems are
-// joined into one error.
+// milliseconds), numbers the scripts cannot compute exactly (MaxCount,
+// MaxHorizon; bounds.go derives them) and each algorithm's own bounds.
+// Several problems are joined into one error.
 func (s Spec) Validate() error {
 	var errs []error
 	if s.Algorithm.Code() == "" {
@@ -128,6 +124,9 @@ func (s Spec) Validate() error {
 	if s.Burst < 0 {
 		errs = append(errs, fmt.Errorf("burst %d must not be negative", s.Burst))
 	}
+	if s.Limit > MaxCount || s.Burst > MaxCount {
+		errs = append(errs, fmt.Errorf("limit %d and burst %d must be at most 2^52 (%d)", s.Limit, s.Burst, int64(MaxCount)))
+	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
@@ -138,8 +137,8 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("sliding_window_log stores one entry per admitted token: limit %d is above %d; use sliding_window_counter for high limits", s.Limit, MaxLogLimit)
 	case s.Algorithm == GCRA && s.Limit > s.Period.Microseconds():
 		return fmt.Errorf("gcra spaces requests at least 1µs apart: limit %d per %v is faster than that; use token_bucket", s.Limit, s.Period)
-	case s.Algorithm == GCRA && s.Capacity() > maxGCRATolerance/s.interval():
-		return fmt.Errorf("gcra burst tolerance burst × period/limit = %d × %dµs is too long", s.Capacity(), s.interval())
+	case !s.horizonOK():
+		return s.horizonError()
 	}
 	return nil
 }

@@ -81,11 +81,11 @@ func BenchmarkEpochCPU(b *testing.B) {
 			for i, m := range msgs {
 				wire[i], _ = proto.Marshal(m)
 			}
-			c, err := New(Config{Region: "eu", Regions: regions, Transport: NewHub().Join("eu"), Demand: DrainFunc(func(func(string, int64, int64)) {}),
-				Writer: ledgerWriter{}, Limits: benchLimits, Now: func() time.Time { return time.UnixMilli(k.Interval.Milliseconds()) }})
+			c, err := NewMachine(MachineConfig{Region: "eu", Regions: regions, Limits: benchLimits})
 			if err != nil {
 				b.Fatal(err)
 			}
+			c.Tick(time.UnixMilli(k.Interval.Milliseconds()))
 			for b.Loop() {
 				clear(c.rounds)
 				for _, w := range wire {

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/allot-dev/allot/internal/frontcode"
 	coordv1 "github.com/allot-dev/allot/proto/coord/v1"
 	"github.com/allot-dev/allot/rebalance"
 )
@@ -36,7 +37,7 @@ func encodeReport(region string, epoch, intervalMS int64, entries []entry, maxBy
 	var cur []*coordv1.Entry
 	size, prev := 0, ""
 	for _, e := range entries {
-		p := commonPrefix(prev, e.key)
+		p := frontcode.Common(prev, e.key)
 		pe := &coordv1.Entry{Prefix: uint32(p), Suffix: e.key[p:], Rate: e.rate, Weight: e.weight, Share: uint32(e.share), Window: e.window, Used: e.used}
 		n := proto.Size(pe)
 		n += protowire.SizeTag(3) + protowire.SizeVarint(uint64(n))
@@ -66,23 +67,9 @@ func encodeReport(region string, epoch, intervalMS int64, entries []entry, maxBy
 func decodeEntries(es []*coordv1.Entry, dst []entry) []entry {
 	prev := ""
 	for _, e := range es {
-		p := int(e.GetPrefix())
-		if p > len(prev) {
-			p = len(prev) // corrupt: keep what we can rather than panic
-		}
-		key := prev[:p] + e.GetSuffix()
+		key := frontcode.Decode(prev, e.GetPrefix(), e.GetSuffix())
 		dst = append(dst, entry{key: key, rate: e.GetRate(), weight: e.GetWeight(), share: rebalance.Share(e.GetShare()), window: e.GetWindow(), used: e.GetUsed()})
 		prev = key
 	}
 	return dst
-}
-
-func commonPrefix(a, b string) int {
-	n := min(len(a), len(b))
-	for i := range n {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	return n
 }

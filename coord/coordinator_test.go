@@ -1,31 +1,24 @@
 package coord
 
 import (
-	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
+	coordv1 "github.com/allot-dev/allot/proto/coord/v1"
 	"github.com/allot-dev/allot/rebalance"
 )
+
+// These tests drive real Machines in virtual time (vnet): no goroutine,
+// no sleep, and an epoch costs microseconds. The driver that runs a
+// Machine with real timers, NATS and Redis is covered by
+// TestObserveSeesActiveEpochs and the integration tests.
 
 const testKey = "rl:{tenant=acme}:global:rps"
 
 var testLimits = StaticLimits{"global:rps": {Rate: 300, Burst: 300}}
-
-// cluster is n regions' coordinators on one in-memory hub.
-type cluster struct {
-	t       *testing.T
-	regions []string
-	hub     *Hub
-	ledger  *ledger
-	demand  map[string]*rateDemand
-	coords  map[string]*Coordinator
-	wg      sync.WaitGroup
-	cancel  context.CancelFunc
-}
 
 func testKnobs() Knobs {
 	k := DefaultKnobs()
@@ -36,39 +29,14 @@ func testKnobs() Knobs {
 	return k
 }
 
-func startCluster(t *testing.T, regions ...string) *cluster {
+// startVnet is one coordinator per region, without locks.
+func startVnet(t *testing.T, regions ...string) *vnet {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &cluster{t: t, regions: regions, hub: NewHub(), ledger: newLedger(t, regions),
-		demand: map[string]*rateDemand{}, coords: map[string]*Coordinator{}, cancel: cancel}
+	n := newVnet(t, regions...)
 	for _, r := range regions {
-		c.demand[r] = newRateDemand()
-		co, err := New(Config{
-			Region: r, Regions: regions, Transport: c.hub.Join(r), Demand: c.demand[r],
-			Writer: c.ledger.writer(r), Limits: testLimits, Knobs: testKnobs(), Logger: testLogger(t),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.coords[r] = co
-		c.wg.Go(func() { _ = co.Run(ctx) })
+		n.add(r, r, testKnobs(), 0, testLogger(t))
 	}
-	t.Cleanup(func() { cancel(); c.wg.Wait() })
-	return c
-}
-
-func (c *cluster) setDemand(rates ...float64) {
-	for i, r := range c.regions {
-		c.demand[r].set(testKey, rates[i])
-	}
-}
-
-func (c *cluster) shares() []rebalance.Share {
-	out := make([]rebalance.Share, len(c.regions))
-	for i, r := range c.regions {
-		out[i] = c.ledger.share(r, testKey)
-	}
-	return out
+	return n
 }
 
 // near says the shares are within tol of want (fractions of the limit).
@@ -82,118 +50,196 @@ func near(got []rebalance.Share, want []float64, tol float64) bool {
 	return true
 }
 
+// within runs n for at most d of virtual time, an interval at a time,
+// until cond holds, and reports whether it did.
+func (n *vnet) within(d time.Duration, cond func() bool) bool {
+	step := testKnobs().Interval / 10
+	for end := n.now.Add(d); !cond(); n.run(step) {
+		if !n.now.Before(end) {
+			return false
+		}
+	}
+	return true
+}
+
+func (n *vnet) minRounds() (lo int64) {
+	for i, mb := range n.members {
+		if r := mb.ran(); i == 0 || r < lo {
+			lo = r
+		}
+	}
+	return lo
+}
+
+// Convergence (docs/multi-region.md, "Convergence"): with every region
+// heard, shares reach the new targets within 2·I (+ D + 2δ) of a shift.
 func TestTrafficShiftConvergesWithinTwoIntervals(t *testing.T) {
-	c := startCluster(t, "ap", "eu", "us")
-	c.setDemand(200, 200, 200)
-	eventually(t, 2*time.Second, "even shares", func() bool { return near(c.shares(), []float64{1. / 3, 1. / 3, 1. / 3}, 0.01) })
+	n := startVnet(t, "ap", "eu", "us")
+	n.setDemand(testKey, 200, 200, 200)
+	require.True(t, n.within(2*time.Second, func() bool { return near(n.shares(testKey), []float64{1. / 3, 1. / 3, 1. / 3}, 0.01) }), "even shares")
 
 	// 90% of 400/s moves to eu: eu should get 300-2·20 = 260/s.
-	rounds := func() (lo int64) {
-		for _, co := range c.coords {
-			if r := co.Stats().Rounds; lo == 0 || r < lo {
-				lo = r
-			}
-		}
-		return lo
-	}
-	shift, before := time.Now(), rounds()
-	c.setDemand(20, 360, 20)
-	want := []float64{20. / 300, 260. / 300, 20. / 300}
-	eventually(t, 5*time.Second, "shifted shares", func() bool { return near(c.shares(), want, 0.01) })
-	// The bound (docs/multi-region.md) is 2·I + D + 2δ with every region
-	// heard (D = 0 here: demand is read directly): the shift lands in the
-	// round under way (it may have reported already), the next round
-	// reports it and both of its phases move the shares. Counted in rounds, so a loaded machine that stalls the
-	// coordinators cannot fail it; a round that loses a gather window adds
-	// one (documented), hence the + 1.
-	took, ran := time.Since(shift), rounds()-before
 	k := testKnobs()
-	t.Logf("converged %v and %d rounds after the shift (interval %v, bound %v plus two message trips)", took.Round(time.Millisecond), ran,
-		k.Interval, 2*k.Interval)
+	n.run(k.Interval / 3) // the shift lands inside an epoch
+	shift, before := n.now, n.minRounds()
+	n.setDemand(testKey, 20, 360, 20)
+	want := []float64{20. / 300, 260. / 300, 20. / 300}
+	require.True(t, n.within(5*time.Second, func() bool { return near(n.shares(testKey), want, 0.001) }), "shifted shares: %v", n.shares(testKey))
+	took, ran := n.now.Sub(shift), n.minRounds()-before
+	t.Logf("converged %v and %d rounds after the shift (bound %v plus two message trips)", took, ran, 2*k.Interval)
+	// Virtual time is exact: the epoch under way reported the old demand,
+	// the next one measures a partly shifted interval, the one after it
+	// all-new demand: at most 2·I + the 2 ms of message trips.
+	assert.LessOrEqual(t, took, 2*k.Interval+2*time.Millisecond+k.Interval/10, "time from the shift to converged shares")
 	assert.LessOrEqual(t, ran, int64(2+1), "rounds from the shift to converged shares")
 }
 
+// The partition rows of docs/multi-region.md: an isolated region only
+// decays toward Unit/n; the others redistribute only what they hold;
+// after healing all converge.
 func TestIsolatedRegionNeverGrowsAndAllConvergeAfterHealing(t *testing.T) {
-	c := startCluster(t, "ap", "eu", "us")
-	c.setDemand(20, 360, 20)
-	eventually(t, 2*time.Second, "shifted shares", func() bool {
-		return near(c.shares(), []float64{20. / 300, 260. / 300, 20. / 300}, 0.01)
-	})
-	// Cut eu off; traffic moves to us. eu may only shrink (toward 1/3);
-	// ap and us redistribute only what they hold themselves.
-	c.hub.Isolate("eu")
-	before := c.shares()
-	c.setDemand(20, 20, 360)
-	time.Sleep(5 * testKnobs().Interval) // let the partition last a few epochs
-	during := c.shares()
-	if during[1] > before[1] {
-		t.Errorf("isolated eu grew: %d -> %d", before[1], during[1])
+	n := startVnet(t, "ap", "eu", "us")
+	n.setDemand(testKey, 20, 360, 20)
+	require.True(t, n.within(2*time.Second, func() bool {
+		return near(n.shares(testKey), []float64{20. / 300, 260. / 300, 20. / 300}, 0.01)
+	}), "shifted shares")
+	cut := map[string]bool{"eu": true}
+	n.deliver = func(from, to *member, _ *coordv1.Message) []time.Duration {
+		if cut[from.region] != cut[to.region] {
+			return nil
+		}
+		return []time.Duration{time.Millisecond}
 	}
-	if during[1] < rebalance.Default(3) {
-		t.Errorf("isolated eu decayed below the fair share: %d", during[1])
+	before := n.shares(testKey)
+	n.setDemand(testKey, 20, 20, 360)
+	var euMax, othersMax rebalance.Share
+	for range 50 { // five epochs, sampled ten times each
+		n.run(testKnobs().Interval / 10)
+		s := n.shares(testKey)
+		euMax, othersMax = max(euMax, s[1]), max(othersMax, s[0]+s[2])
 	}
-	if sum := int64(during[0]) + int64(during[2]); sum > int64(before[0])+int64(before[2]) {
-		t.Errorf("ap+us grew from %d to %d while eu was unheard", int64(before[0])+int64(before[2]), sum)
-	}
-	c.hub.Heal()
-	eventually(t, 2*time.Second, "converged after healing", func() bool {
-		return near(c.shares(), []float64{20. / 300, 20. / 300, 260. / 300}, 0.01)
-	})
+	during := n.shares(testKey)
+	assert.LessOrEqual(t, euMax, before[1], "isolated eu grew")
+	assert.Less(t, during[1], before[1], "isolated eu did not decay")
+	assert.GreaterOrEqual(t, during[1], rebalance.Default(3), "isolated eu decayed below the fair share")
+	assert.LessOrEqual(t, othersMax, before[0]+before[2], "ap+us grew while eu was unheard")
+	n.deliver = nil
+	require.True(t, n.within(2*time.Second, func() bool {
+		return near(n.shares(testKey), []float64{20. / 300, 20. / 300, 260. / 300}, 0.01)
+	}), "converged after healing: %v", n.shares(testKey))
 }
 
 func TestAsymmetricCutsNeverOversubscribe(t *testing.T) {
 	// The ledger fails the test on any write that makes the shares in
 	// force sum above the limit; cut links one way, in turn, while demand
 	// moves around.
-	c := startCluster(t, "ap", "eu", "us")
+	n := startVnet(t, "ap", "eu", "us")
 	cuts := [][2]string{{"eu", "ap"}, {"us", "eu"}, {"ap", "us"}}
 	demands := [][]float64{{20, 360, 20}, {360, 20, 20}, {20, 20, 360}, {150, 150, 150}}
 	for i := range 8 {
-		c.hub.Heal()
-		c.hub.Cut(cuts[i%3][0], cuts[i%3][1])
-		c.setDemand(demands[i%4]...)
-		time.Sleep(2 * testKnobs().Interval) // a few epochs under this cut
+		c := cuts[i%3]
+		n.deliver = func(from, to *member, _ *coordv1.Message) []time.Duration {
+			if from.region == c[0] && to.region == c[1] {
+				return nil
+			}
+			return []time.Duration{time.Millisecond}
+		}
+		n.setDemand(testKey, demands[i%4]...)
+		n.run(2 * testKnobs().Interval) // a few epochs under this cut
 	}
-	c.hub.Heal()
-	c.setDemand(150, 150, 150)
-	eventually(t, 2*time.Second, "even shares after healing", func() bool { return near(c.shares(), []float64{1. / 3, 1. / 3, 1. / 3}, 0.01) })
+	n.deliver = nil
+	n.setDemand(testKey, 150, 150, 150)
+	require.True(t, n.within(2*time.Second, func() bool { return near(n.shares(testKey), []float64{1. / 3, 1. / 3, 1. / 3}, 0.01) }), "even shares after healing")
 }
 
 func TestFailedShrinkBlocksGrowth(t *testing.T) {
-	c := startCluster(t, "ap", "eu", "us")
-	c.setDemand(200, 200, 200)
-	eventually(t, 2*time.Second, "even shares", func() bool { return near(c.shares(), []float64{1. / 3, 1. / 3, 1. / 3}, 0.01) })
-	c.ledger.mu.Lock()
-	c.ledger.fail["ap"] = true
-	c.ledger.mu.Unlock()
-	c.setDemand(20, 360, 20)
-	time.Sleep(4 * testKnobs().Interval)
-	// ap could not shrink, so eu may take only what us released.
-	if s := c.shares(); int64(s[0])+int64(s[1])+int64(s[2]) > int64(rebalance.Unit) || s[0] != rebalance.Default(3) {
-		t.Fatalf("shares %v", s)
-	}
-	c.ledger.mu.Lock()
-	c.ledger.fail["ap"] = false
-	c.ledger.mu.Unlock()
-	eventually(t, 2*time.Second, "converged after ap recovered", func() bool {
-		return near(c.shares(), []float64{20. / 300, 260. / 300, 20. / 300}, 0.01)
-	})
+	n := startVnet(t, "ap", "eu", "us")
+	n.setDemand(testKey, 200, 200, 200)
+	require.True(t, n.within(2*time.Second, func() bool { return near(n.shares(testKey), []float64{1. / 3, 1. / 3, 1. / 3}, 0.01) }), "even shares")
+	n.ledger.fail["ap"] = true
+	n.setDemand(testKey, 20, 360, 20)
+	n.run(4 * testKnobs().Interval)
+	// ap could not shrink, so nobody grew.
+	s := n.shares(testKey)
+	require.Equal(t, rebalance.Default(3), s[0], "ap's failed write")
+	require.LessOrEqual(t, int64(s[0])+int64(s[1])+int64(s[2]), int64(rebalance.Unit))
+	require.LessOrEqual(t, s[1], rebalance.Default(3), "eu grew without ap's ack")
+	n.ledger.fail["ap"] = false
+	require.True(t, n.within(2*time.Second, func() bool {
+		return near(n.shares(testKey), []float64{20. / 300, 260. / 300, 20. / 300}, 0.01)
+	}), "converged after ap recovered")
 }
 
 func TestKnobsValidateAndApplyAtRuntime(t *testing.T) {
-	c := startCluster(t, "ap", "eu")
-	co := c.coords["ap"]
-	bad := co.Knobs()
+	n := startVnet(t, "ap", "eu")
+	m := n.members[0].m
+	bad := testKnobs()
 	bad.Gather = 0.9
-	if err := co.SetKnobs(bad); err == nil {
-		t.Fatal("gather 0.9 accepted")
+	require.Error(t, m.SetKnobs(bad), "gather 0.9 accepted")
+	// A longer interval applies from the next epoch: epochs then start on
+	// its boundaries.
+	k := testKnobs()
+	k.Interval = 400 * time.Millisecond
+	k.ShareTTL = time.Second
+	for _, mb := range n.members {
+		require.NoError(t, mb.m.SetKnobs(k))
 	}
-	k := co.Knobs()
-	k.HeavyHitter = 0.5
-	if err := co.SetKnobs(k); err != nil {
-		t.Fatal(err)
-	}
-	if co.Knobs().HeavyHitter != 0.5 {
-		t.Fatal("knob not applied")
-	}
+	n.run(time.Second)
+	starts := n.members[0].rounds
+	require.NotEmpty(t, starts)
+	last := starts[len(starts)-1].Start
+	require.Zero(t, last.UnixNano()%int64(k.Interval), "epoch at %v is not on a 400ms boundary", last)
+}
+
+// TestStandbyTakesOver runs an active and a standby coordinator for eu
+// (with a lock) next to ap and us; stopping the active hands eu to the
+// standby, which reads eu's shares from the ledger (Takeover in
+// docs/multi-region.md) and goes on rebalancing.
+func TestStandbyTakesOver(t *testing.T) {
+	n := newVnet(t, "ap", "eu", "us")
+	k := testKnobs()
+	n.add("ap", "ap", k, 0, testLogger(t))
+	active := n.add("eu-1", "eu", k, 250*time.Millisecond, testLogger(t))
+	n.add("us", "us", k, 0, testLogger(t))
+	n.run(k.Interval) // eu-1 takes the lock first
+	standby := n.add("eu-2", "eu", k, 250*time.Millisecond, testLogger(t))
+	n.setDemand(testKey, 20, 360, 20)
+	require.True(t, n.within(3*time.Second, func() bool {
+		return near(n.shares(testKey), []float64{20. / 300, 260. / 300, 20. / 300}, 0.01)
+	}), "shifted to eu")
+	require.Zero(t, standby.ran(), "the standby acted while the active held the lock")
+	n.stop(active, false) // crashed: the lock expires after its TTL
+	n.setDemand(testKey, 20, 20, 360)
+	require.True(t, n.within(3*time.Second, func() bool {
+		return near(n.shares(testKey), []float64{20. / 300, 20. / 300, 260. / 300}, 0.01)
+	}), "standby took over and shifted to us")
+	require.NotZero(t, standby.ran(), "the standby never ran an epoch")
+}
+
+// An active coordinator keeps its lock through an interval longer than the
+// lock's TTL: it renews while it waits, so the standby never acts.
+func TestActiveKeepsALockShorterThanTheInterval(t *testing.T) {
+	n := newVnet(t, "a", "b")
+	k := testKnobs()
+	k.Interval = 600 * time.Millisecond
+	k.ShareTTL = 2 * k.Interval
+	n.add("b", "b", k, 0, testLogger(t))
+	active := n.add("a-1", "a", k, 150*time.Millisecond, testLogger(t))
+	n.run(3 * k.Interval) // one listening epoch, then an active one
+	require.NotZero(t, active.ran(), "a-1 never active")
+	standby := n.add("a-2", "a", k, 150*time.Millisecond, testLogger(t))
+	before := active.ran()
+	n.run(3 * k.Interval)
+	require.GreaterOrEqual(t, active.ran(), before+3, "three more epochs")
+	require.Zero(t, standby.ran(), "the standby ran epochs as the active one while a-1 held the lock")
+}
+
+// Limits that also serve quotas, with a writer that stores no counts:
+// the driver does not exchange quotas (and so asks nothing of a missing
+// QuotaStore).
+func TestNoQuotaStoreNoQuotaExchange(t *testing.T) {
+	c, err := New(Config{Region: "eu", Regions: []string{"eu", "us"}, Transport: NewHub().Join("eu"),
+		Demand: demandFunc(func(func(string, int64, int64)) {}), Writer: ledgerWriter{}, Limits: NewPolicyLimits(nil)})
+	require.NoError(t, err)
+	require.Nil(t, c.m.cfg.Quotas)
 }

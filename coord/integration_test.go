@@ -14,7 +14,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot-dev/allot/algorithm"
+	bkey "github.com/allot-dev/allot/bucket"
 	"github.com/allot-dev/allot/coord"
+	"github.com/allot-dev/allot/coord/demand"
 	"github.com/allot-dev/allot/internal/natstest"
 	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/lease"
@@ -27,11 +29,11 @@ const (
 	globalRate  = 300.0
 	globalBurst = 300.0
 	subject     = "tenant=acme"
-	key         = "rl:{" + subject + "}:global:rps"
 	bucket      = 10 * time.Millisecond // timeline resolution
 )
 
 var (
+	key       = bkey.New(subject, "global", "rps").String()
 	regions   = []string{"ap", "eu", "us"}
 	leaseConf = lease.Config{TargetPeriod: 50 * time.Millisecond, TTL: 500 * time.Millisecond, LowWatermark: 0.25, MaxShare: 0.5}
 )
@@ -102,7 +104,7 @@ func startWorld(t *testing.T) *world {
 			t.Fatal(err)
 		}
 		stops = append([]func(){func() { tr.Close() }}, stops...)
-		dem, err := coord.SubscribeDemand(nc, r, nil)
+		dem, err := demand.Collect(nc, r, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,11 +130,11 @@ func startWorld(t *testing.T) *world {
 			// A global limit's node-side numbers are L/n: a region without a
 			// coordinator share enforces its default third.
 			spec := algorithm.Spec{Algorithm: algorithm.TokenBucket, Limit: int64(globalRate) / 3, Period: time.Second, Burst: int64(globalBurst) / 3}
-			lim, err := m.NewLimit(func(s string) string { return "rl:{" + s + "}:global:rps" }, spec, lease.Config{}, true)
+			lim, err := m.NewLimit(func(s string) string { return bkey.New(s, "global", "rps").String() }, spec, lease.Config{}, true)
 			if err != nil {
 				t.Fatal(err)
 			}
-			pub := &coord.Publisher{NC: nc, Region: r, Node: fmt.Sprintf("%s-%d", r, n), Drain: m.DrainDemand, Period: 20 * time.Millisecond}
+			pub := &demand.Publisher{NC: nc, Region: r, Node: fmt.Sprintf("%s-%d", r, n), Drain: m.DrainDemand, Period: 20 * time.Millisecond}
 			wg.Go(func() { _ = pub.Run(ctx) })
 			loads = append(loads, func() { w.load(ctx, &wg, r, m, lim) })
 		}

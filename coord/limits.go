@@ -1,10 +1,11 @@
 package coord
 
 import (
-	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/allot-dev/allot/algorithm"
+	"github.com/allot-dev/allot/bucket"
 	"github.com/allot-dev/allot/policy"
 )
 
@@ -36,97 +37,81 @@ type Quotas interface {
 	Quota(key string) (Quota, bool)
 }
 
-// PolicyLimits serves Limits and Quotas from a policy file; Update swaps
-// the file atomically (wire it to the policy store's watcher).
+// PolicyLimits serves Limits and Quotas from a compiled policy set (the
+// nodes' own, so algorithm names, burst defaults and rates are read as the
+// nodes enforce them); Update swaps the set atomically (wire it to the
+// policy store's watcher).
 type PolicyLimits struct {
-	byName  atomic.Pointer[map[string]Limit] // "<policy>:<limit>" -> limit
+	byName  atomic.Pointer[map[string]Limit] // bucket.Name -> limit
 	quotaBy atomic.Pointer[map[string]Quota]
 }
 
-// NewPolicyLimits returns Limits for f (nil: none).
-func NewPolicyLimits(f *policy.File) *PolicyLimits {
+// NewPolicyLimits returns Limits for set (nil: none).
+func NewPolicyLimits(set *policy.Set) *PolicyLimits {
 	l := &PolicyLimits{}
-	l.Update(f)
+	l.Update(set)
 	return l
 }
 
 // Update replaces the policies.
-func (l *PolicyLimits) Update(f *policy.File) {
+func (l *PolicyLimits) Update(set *policy.Set) {
 	m, q := map[string]Limit{}, map[string]Quota{}
-	if f != nil {
-		for _, p := range f.Policies {
-			if p.Scope != policy.ScopeGlobal {
-				continue
+	if set != nil {
+		set.Each(func(p *policy.Compiled) {
+			if !p.Global {
+				return
 			}
 			for _, lim := range p.Limits {
-				period := time.Duration(lim.Period).Seconds()
-				if period <= 0 || lim.Limit <= 0 {
+				s := lim.Spec
+				if s.Period <= 0 || s.Limit <= 0 {
 					continue
 				}
-				switch lim.Algorithm {
-				case "", "token_bucket":
-				case "fixed_window":
-					q[p.ID+":"+lim.Name] = Quota{Limit: lim.Limit, Window: time.Duration(lim.Period)}
-					continue
+				switch s.Algorithm {
+				case algorithm.TokenBucket:
+					m[bucket.Name(p.ID, lim.Name)] = Limit{Rate: s.Rate(), Burst: float64(s.Capacity())}
+				case algorithm.FixedWindow:
+					q[bucket.Name(p.ID, lim.Name)] = Quota{Limit: s.Limit, Window: s.Period}
 				default:
 					// Only token buckets read a share and only fixed windows
 					// read remote counts; the other algorithms enforce L/n.
-					continue
 				}
-				burst := lim.Burst
-				if burst == 0 {
-					burst = lim.Limit
-				}
-				m[p.ID+":"+lim.Name] = Limit{Rate: float64(lim.Limit) / period, Burst: float64(burst)}
 			}
-		}
+		})
 	}
 	l.byName.Store(&m)
 	l.quotaBy.Store(&q)
 }
 
-// Global implements Limits. Keys are rl:{<subject>}:<policy>:<limit>; the
-// subject is escaped, so the last "}:" ends it, and policy ids and limit
-// names contain no ':'.
+// Global implements Limits.
 func (l *PolicyLimits) Global(key string) (Limit, bool) {
-	name, ok := limitName(key)
-	if !ok {
+	k, err := bucket.Parse(key)
+	if err != nil {
 		return Limit{}, false
 	}
-	lim, ok := (*l.byName.Load())[name]
+	lim, ok := (*l.byName.Load())[k.Name()]
 	return lim, ok
 }
 
 // Quota implements Quotas.
 func (l *PolicyLimits) Quota(key string) (Quota, bool) {
-	name, ok := limitName(key)
-	if !ok {
+	k, err := bucket.Parse(key)
+	if err != nil {
 		return Quota{}, false
 	}
-	q, ok := (*l.quotaBy.Load())[name]
+	q, ok := (*l.quotaBy.Load())[k.Name()]
 	return q, ok
 }
 
-// limitName returns the "<policy>:<limit>" of a bucket key
-// rl:{<subject>}:<policy>:<limit>.
-func limitName(key string) (string, bool) {
-	i := strings.LastIndex(key, "}:")
-	if !strings.HasPrefix(key, "rl:{") || i < 0 {
-		return "", false
-	}
-	return key[i+2:], true
-}
-
 // StaticLimits is a fixed Limits for tests and tools: a map from
-// "<policy>:<limit>" to the limit.
+// "<policy>:<limit>" (bucket.Name) to the limit.
 type StaticLimits map[string]Limit
 
 // Global implements Limits.
 func (s StaticLimits) Global(key string) (Limit, bool) {
-	i := strings.LastIndex(key, "}:")
-	if i < 0 {
+	k, err := bucket.Parse(key)
+	if err != nil {
 		return Limit{}, false
 	}
-	lim, ok := s[key[i+2:]]
+	lim, ok := s[k.Name()]
 	return lim, ok
 }

@@ -9,18 +9,16 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/allot-dev/allot/coord/demand"
 	coordv1 "github.com/allot-dev/allot/proto/coord/v1"
 )
 
 // SubjectPrefix is the subject space of the coordinators: a region's
 // coordinator publishes on allot.rebalance.<region> and every coordinator
-// subscribes to allot.rebalance.*; nodes publish demand on
-// allot.demand.<region>. Across regions NATS gateways carry the rebalance
-// subjects (interest-based, so demand stays in its region).
-const (
-	SubjectPrefix = "allot.rebalance."
-	DemandPrefix  = "allot.demand."
-)
+// subscribes to allot.rebalance.*. Across regions NATS gateways carry the
+// rebalance subjects (interest-based, so demand, on demand.Prefix, stays
+// in its region).
+const SubjectPrefix = "allot.rebalance."
 
 // NATSTransport is the Transport over a NATS connection (in a supercluster,
 // the region's own cluster). It does not own the connection.
@@ -42,33 +40,12 @@ func NewNATSTransport(nc *nats.Conn, region string, log *slog.Logger) (*NATSTran
 		log = slog.Default()
 	}
 	t := &NATSTransport{nc: nc, region: region, log: log, in: make(chan *coordv1.Message, inboxSize)}
-	sub, err := subscribe(nc, SubjectPrefix+"*", t.receive)
+	sub, err := demand.Subscribe(nc, SubjectPrefix+"*", t.receive)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("coord: %w", err)
 	}
 	t.sub = sub
 	return t, nil
-}
-
-// subscribe subscribes fn to subject with room for bursts and returns
-// once the server has the interest, so nothing published after it is
-// missed. Reports (and demand snapshots) of 100,000 keys are a few MB per
-// region and interval: the subscription buffers that much rather than
-// drop it as slow.
-func subscribe(nc *nats.Conn, subject string, fn nats.MsgHandler) (*nats.Subscription, error) {
-	sub, err := nc.Subscribe(subject, fn)
-	if err != nil {
-		return nil, fmt.Errorf("coord: subscribe %s: %w", subject, err)
-	}
-	if err := sub.SetPendingLimits(-1, 256<<20); err != nil {
-		sub.Unsubscribe()
-		return nil, fmt.Errorf("coord: pending limits of %s: %w", subject, err)
-	}
-	if err := nc.Flush(); err != nil {
-		sub.Unsubscribe()
-		return nil, fmt.Errorf("coord: flush subscription to %s: %w", subject, err)
-	}
-	return sub, nil
 }
 
 func (t *NATSTransport) receive(msg *nats.Msg) {

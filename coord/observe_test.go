@@ -7,6 +7,7 @@ import (
 	"time"
 )
 
+// The driver runs the machine with real timers on the in-memory hub, and
 // Observe sees every active epoch, with its timing, stats and this
 // region's non-default shares (without keys).
 func TestObserveSeesActiveEpochs(t *testing.T) {
@@ -17,8 +18,8 @@ func TestObserveSeesActiveEpochs(t *testing.T) {
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	for _, r := range regions {
-		d := newRateDemand()
-		d.set(testKey, map[string]float64{"eu": 90, "us": 10}[r])
+		tokens := map[string]int64{"eu": 9, "us": 1}[r]
+		d := demandFunc(func(fn func(string, int64, int64)) { fn(testKey, tokens, 0) })
 		cfg := Config{Region: r, Regions: regions, Transport: hub.Join(r), Demand: d,
 			Writer: ledger.writer(r), Limits: testLimits, Knobs: testKnobs(), Logger: testLogger(t)}
 		if r == "eu" {
@@ -50,3 +51,8 @@ func TestObserveSeesActiveEpochs(t *testing.T) {
 		}
 	}
 }
+
+// demandFunc is a DemandSource from a function.
+type demandFunc func(fn func(string, int64, int64))
+
+func (f demandFunc) Drain(fn func(string, int64, int64)) { f(fn) }

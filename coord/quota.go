@@ -2,7 +2,6 @@ package coord
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"maps"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/allot-dev/allot/lua"
 )
 
 // Global quotas (fixed windows with scope: global, e.g. daily or monthly)
@@ -47,7 +48,7 @@ type RemoteCount struct {
 	Period time.Duration
 }
 
-// quotas is the coordinator's quota state; it belongs to Run's goroutine.
+// quotas is the machine's quota state.
 type quotas struct {
 	local   map[string]time.Time             // keys demanded here -> last demand
 	heard   map[string]map[string]QuotaCount // key -> region -> last count heard
@@ -67,46 +68,48 @@ func (q *quotas) reset() {
 }
 
 // noteDemand remembers the global quota keys this region's nodes used.
-func (c *Coordinator) noteDemand(keys []string, now time.Time) {
-	if c.cfg.Quotas == nil {
+func (m *Machine) noteDemand(keys []string, now time.Time) {
+	if m.cfg.Quotas == nil {
 		return
 	}
 	for _, key := range keys {
-		if _, ok := c.cfg.Quotas.Quota(key); ok {
-			c.quota.local[key] = now
+		if _, ok := m.cfg.Quotas.Quota(key); ok {
+			m.quota.local[key] = now
 		}
 	}
 }
 
-// quotaReport reads this region's counts of its quota keys and returns the
-// entries that travel: counts of at least QuotaThreshold of L/n. Keys not
-// demanded for a whole window plus an interval are forgotten (their count
-// cannot matter any more).
-func (c *Coordinator) quotaReport(ctx context.Context, now time.Time, k Knobs) []entry {
-	if c.cfg.Quotas == nil || c.cfg.QuotaStore == nil || len(c.quota.local) == 0 {
+// quotaKeys lists, sorted, the quota keys whose counts this epoch reads.
+// Keys not demanded for a whole window plus an interval are forgotten
+// (their count cannot matter any more).
+func (m *Machine) quotaKeys(now time.Time, k Knobs) []string {
+	if m.cfg.Quotas == nil || len(m.quota.local) == 0 {
 		return nil
 	}
-	keys := make([]string, 0, len(c.quota.local))
-	for key, seen := range c.quota.local {
-		q, ok := c.cfg.Quotas.Quota(key)
+	keys := make([]string, 0, len(m.quota.local))
+	for key, seen := range m.quota.local {
+		q, ok := m.cfg.Quotas.Quota(key)
 		if !ok || now.Sub(seen) > q.Window+k.Interval {
-			delete(c.quota.local, key)
+			delete(m.quota.local, key)
 			continue
 		}
 		keys = append(keys, key)
 	}
 	slices.Sort(keys)
-	counts, err := c.cfg.QuotaStore.ReadCounts(ctx, keys)
-	if err != nil {
-		// Not reporting is safe for the others only in the sense of the
-		// lag bound: they keep the last count they heard.
-		c.log.Warn("coord: read quota counts", "keys", len(keys), "err", err)
+	return keys
+}
+
+// quotaReport returns the counts that travel: at least QuotaThreshold of
+// L/n.
+func (m *Machine) quotaReport(counts map[string]QuotaCount, k Knobs) []entry {
+	if m.cfg.Quotas == nil {
+		return nil
 	}
-	n := float64(len(c.cfg.Regions))
+	n := float64(len(m.cfg.Regions))
 	var out []entry
-	for _, key := range keys {
-		qc, ok := counts[key]
-		q, _ := c.cfg.Quotas.Quota(key)
+	for _, key := range slices.Sorted(maps.Keys(counts)) {
+		qc := counts[key]
+		q, ok := m.cfg.Quotas.Quota(key)
 		if !ok || qc.Used == 0 || float64(qc.Used) < k.QuotaThreshold*float64(q.Limit)/n {
 			continue
 		}
@@ -118,30 +121,30 @@ func (c *Coordinator) quotaReport(ctx context.Context, now time.Time, k Knobs) [
 // fileQuotas keeps the latest count of every heard region (a newer window
 // replaces an older one; within a window the larger count wins, counts
 // only grow) and drops keys whose policy is gone.
-func (c *Coordinator) fileQuotas(r *round, heard []string) {
-	if c.cfg.Quotas == nil {
+func (m *Machine) fileQuotas(r *round, heard []string) {
+	if m.cfg.Quotas == nil {
 		return
 	}
 	for _, name := range heard {
 		a := r.reports[name]
-		if a == nil || name == c.cfg.Region {
+		if a == nil || name == m.cfg.Region {
 			continue
 		}
 		for _, e := range a.entries {
 			if e.window == 0 {
 				continue
 			}
-			if _, ok := c.cfg.Quotas.Quota(e.key); !ok {
+			if _, ok := m.cfg.Quotas.Quota(e.key); !ok {
 				continue
 			}
-			m := c.quota.heard[e.key]
-			if m == nil {
-				m = map[string]QuotaCount{}
-				c.quota.heard[e.key] = m
+			qm := m.quota.heard[e.key]
+			if qm == nil {
+				qm = map[string]QuotaCount{}
+				m.quota.heard[e.key] = qm
 			}
-			old := m[name]
+			old := qm[name]
 			if e.window > old.Window || (e.window == old.Window && e.used > old.Used) {
-				m[name] = QuotaCount{Window: e.window, Used: e.used}
+				qm[name] = QuotaCount{Window: e.window, Used: e.used}
 			}
 		}
 	}
@@ -152,20 +155,20 @@ func (c *Coordinator) fileQuotas(r *round, heard []string) {
 // not heard this epoch still counts with its last count: it may have
 // served more since, never less. Keys whose newest window ended more than
 // a window ago are forgotten.
-func (c *Coordinator) quotaUpdates(now time.Time) []RemoteCount {
-	if c.cfg.Quotas == nil {
+func (m *Machine) quotaUpdates(now time.Time) []RemoteCount {
+	if m.cfg.Quotas == nil {
 		return nil
 	}
 	var out []RemoteCount
-	for _, key := range slices.Sorted(maps.Keys(c.quota.heard)) {
-		q, ok := c.cfg.Quotas.Quota(key)
+	for _, key := range slices.Sorted(maps.Keys(m.quota.heard)) {
+		q, ok := m.cfg.Quotas.Quota(key)
 		if !ok || q.Window <= 0 {
-			delete(c.quota.heard, key)
-			delete(c.quota.written, key)
+			delete(m.quota.heard, key)
+			delete(m.quota.written, key)
 			continue
 		}
 		var sum QuotaCount
-		for _, qc := range c.quota.heard[key] {
+		for _, qc := range m.quota.heard[key] {
 			switch {
 			case qc.Window > sum.Window:
 				sum = qc
@@ -174,11 +177,11 @@ func (c *Coordinator) quotaUpdates(now time.Time) []RemoteCount {
 			}
 		}
 		if cur := now.UnixNano() / q.Window.Nanoseconds(); sum.Window < cur-1 {
-			delete(c.quota.heard, key)
-			delete(c.quota.written, key)
+			delete(m.quota.heard, key)
+			delete(m.quota.written, key)
 			continue
 		}
-		w := c.quota.written[key]
+		w := m.quota.written[key]
 		if sum.Window < w.Window || (sum.Window == w.Window && sum.Used <= w.Used) {
 			continue
 		}
@@ -187,24 +190,17 @@ func (c *Coordinator) quotaUpdates(now time.Time) []RemoteCount {
 	return out
 }
 
-// writeQuotas applies us and records what is in force.
-func (c *Coordinator) writeQuotas(ctx context.Context, us []RemoteCount) {
-	if len(us) == 0 || c.cfg.QuotaStore == nil {
+// recordQuotas notes the outcome of writing us: on failure nothing is
+// recorded, so the next epoch writes again.
+func (m *Machine) recordQuotas(us []RemoteCount, err error) {
+	if err != nil {
+		m.log.Warn("coord: write quota counts", "n", len(us), "err", err)
 		return
 	}
-	if err := c.cfg.QuotaStore.WriteRemote(ctx, us); err != nil {
-		c.log.Warn("coord: write quota counts", "n", len(us), "err", err)
-		return // retried next epoch: written is unchanged
-	}
 	for _, u := range us {
-		c.quota.written[u.Key] = QuotaCount{Window: u.Window, Used: u.Used}
+		m.quota.written[u.Key] = QuotaCount{Window: u.Window, Used: u.Used}
 	}
 }
-
-//go:embed quota.lua
-var quotaSrc string
-
-var quotaScript = redis.NewScript(quotaSrc)
 
 // ReadCounts implements QuotaStore: one pipelined HMGET per key.
 func (w RedisWriter) ReadCounts(ctx context.Context, keys []string) (map[string]QuotaCount, error) {
@@ -245,7 +241,7 @@ func str(v any) string {
 // quota.lua calls (the script only raises numbers, so a NOSCRIPT re-run
 // is harmless).
 func (w RedisWriter) WriteRemote(ctx context.Context, us []RemoteCount) error {
-	err := runPipelined(ctx, w.Client, quotaScript, len(us), func(i int) (string, []any) {
+	err := runPipelined(ctx, w.Client, lua.Quota, len(us), func(i int) (string, []any) {
 		u := us[i]
 		return u.Key, []any{u.Window, u.Used, u.Period.Milliseconds()}
 	})

@@ -9,7 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	bkey "github.com/allot-dev/allot/bucket"
 	"github.com/allot-dev/allot/coord"
+	"github.com/allot-dev/allot/coord/demand"
 	"github.com/allot-dev/allot/decide"
 	"github.com/allot-dev/allot/internal/natstest"
 	"github.com/allot-dev/allot/internal/redistest"
@@ -39,7 +41,7 @@ policies:
 
 const quotaLimit = 300
 
-func quotaKey(tenant string) string { return "rl:{tenant=" + tenant + "}:hourly:quota" }
+func quotaKey(tenant string) string { return bkey.New("tenant="+tenant, "hourly", "quota").String() }
 
 // quotaWorld is three regions, each with its own redis-server, NATS
 // server (a supercluster) and a coordinator fed by its decider's demand.
@@ -52,8 +54,6 @@ func startQuotaWorld(t *testing.T, k coord.Knobs) *quotaWorld {
 	t.Helper()
 	redistest.Require(t)
 	sc := natstest.StartSupercluster(t, regions...)
-	f, err := policy.Parse("quota", []byte(quotaPolicies))
-	require.NoError(t, err)
 	set, err := policy.Load("quota", []byte(quotaPolicies))
 	require.NoError(t, err)
 	w := &quotaWorld{stores: map[string]*region.Store{}, deciders: map[string]*decide.Decider{}}
@@ -82,8 +82,8 @@ func startQuotaWorld(t *testing.T, k coord.Knobs) *quotaWorld {
 		require.NoError(t, err)
 		stops = append(stops, func() { tr.Close() }, nc.Close, func() { st.Close() })
 		co, err := coord.New(coord.Config{
-			Region: r, Regions: regions, Transport: tr, Demand: coord.DrainFunc(d.DrainDemand),
-			Writer: coord.RedisWriter{Client: st.Client()}, Limits: coord.NewPolicyLimits(f), Knobs: k,
+			Region: r, Regions: regions, Transport: tr, Demand: demand.DrainFunc(d.DrainDemand),
+			Writer: coord.RedisWriter{Client: st.Client()}, Limits: coord.NewPolicyLimits(set), Knobs: k,
 		})
 		require.NoError(t, err)
 		wg.Go(func() { _ = co.Run(ctx) })

@@ -2,7 +2,6 @@ package coord
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"math"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/allot-dev/allot/lua"
 	"github.com/allot-dev/allot/rebalance"
 )
 
@@ -38,11 +38,6 @@ type ShareUpdate struct {
 	TTL    time.Duration
 }
 
-//go:embed share.lua
-var shareSrc string
-
-var shareScript = redis.NewScript(shareSrc)
-
 // RedisWriter writes shares into the region's Redis hashes (the buckets
 // the lease script reads). Keys are hash-tagged, so a Cluster client
 // routes each to its slot.
@@ -55,7 +50,7 @@ type RedisWriter struct {
 // numbers and refills to now), so a NOSCRIPT reply is simply re-run with
 // EVAL.
 func (w RedisWriter) WriteShares(ctx context.Context, us []ShareUpdate) error {
-	err := runPipelined(ctx, w.Client, shareScript, len(us), func(i int) (string, []any) {
+	err := runPipelined(ctx, w.Client, lua.Share, len(us), func(i int) (string, []any) {
 		u := us[i]
 		return u.Key, []any{
 			ftoa(u.Share.Of(u.Global.Rate)), ftoa(u.Share.Of(u.Global.Burst)),
@@ -157,24 +152,10 @@ type RedisLock struct {
 	TTL    time.Duration
 }
 
-var renewScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
-`)
-
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-`)
-
 // Hold acquires or renews the lock and reports whether this process holds
 // it now.
 func (l *RedisLock) Hold(ctx context.Context) (bool, error) {
-	n, err := renewScript.Run(ctx, l.Client, []string{l.Key}, l.ID, l.TTL.Milliseconds()).Int()
+	n, err := lua.LockHold.Run(ctx, l.Client, []string{l.Key}, l.ID, l.TTL.Milliseconds()).Int()
 	if err != nil {
 		return false, fmt.Errorf("coord: lock %s: %w", l.Key, err)
 	}
@@ -184,7 +165,7 @@ func (l *RedisLock) Hold(ctx context.Context) (bool, error) {
 // Release gives the lock up if this process holds it, so a standby takes
 // over at once instead of after the TTL.
 func (l *RedisLock) Release(ctx context.Context) error {
-	if err := releaseScript.Run(ctx, l.Client, []string{l.Key}, l.ID).Err(); err != nil {
+	if err := lua.LockRelease.Run(ctx, l.Client, []string{l.Key}, l.ID).Err(); err != nil {
 		return fmt.Errorf("coord: release %s: %w", l.Key, err)
 	}
 	return nil

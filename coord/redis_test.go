@@ -3,11 +3,11 @@ package coord
 import (
 	"context"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/rebalance"
@@ -104,7 +104,8 @@ func TestRedisLockElectsOneAndHandsOver(t *testing.T) {
 		t.Fatal("a could not renew")
 	}
 	// a stops renewing: b gets it after the TTL.
-	eventually(t, 2*time.Second, "b takes over after the TTL", func() bool { ok, _ := b.Hold(ctx); return ok })
+	// Redis expires the key: polled, since Redis cannot notify it.
+	require.Eventually(t, func() bool { ok, _ := b.Hold(ctx); return ok }, 2*time.Second, 5*time.Millisecond, "b takes over after the TTL")
 	if ok, _ := a.Hold(ctx); ok {
 		t.Fatal("a re-took b's lock")
 	}
@@ -113,101 +114,5 @@ func TestRedisLockElectsOneAndHandsOver(t *testing.T) {
 	}
 	if ok, _ := a.Hold(ctx); !ok {
 		t.Fatal("a could not take a released lock")
-	}
-}
-
-// TestStandbyTakesOver runs an active and a standby coordinator for eu
-// (with a real Redis lock) next to ap and us; stopping the active hands
-// eu to the standby, which picks up eu's shares from the ledger and goes
-// on rebalancing.
-func TestStandbyTakesOver(t *testing.T) {
-	c := redisClient(t)
-	regions := []string{"ap", "eu", "us"}
-	hub := NewHub()
-	led := newLedger(t, regions)
-	demand := map[string]*rateDemand{}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	start := func(ctx context.Context, region, id string) *Coordinator {
-		var lock Locker
-		if region == "eu" {
-			lock = &RedisLock{Client: c, Key: "allot:coordinator:{eu}", ID: id, TTL: 250 * time.Millisecond}
-		}
-		co, err := New(Config{Region: region, Regions: regions, Transport: hub.Join(region), Demand: demand[region],
-			Writer: led.writer(region), Limits: testLimits, Lock: lock, Knobs: testKnobs(), Logger: testLogger(t).With("id", id)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() { _ = co.Run(ctx) })
-		return co
-	}
-	for _, r := range regions {
-		demand[r] = newRateDemand()
-	}
-	setDemand := func(rates ...float64) {
-		for i, r := range regions {
-			demand[r].set(testKey, rates[i])
-		}
-	}
-	shares := func() []rebalance.Share {
-		return []rebalance.Share{led.share("ap", testKey), led.share("eu", testKey), led.share("us", testKey)}
-	}
-	start(ctx, "ap", "ap")
-	start(ctx, "us", "us")
-	activeCtx, stopActive := context.WithCancel(ctx)
-	active := start(activeCtx, "eu", "eu-1")
-	eventually(t, 2*time.Second, "eu-1 active", func() bool { return active.Stats().Epoch != 0 })
-	standby := start(ctx, "eu", "eu-2")
-	setDemand(20, 360, 20)
-	eventually(t, 3*time.Second, "shifted to eu", func() bool { return near(shares(), []float64{20. / 300, 260. / 300, 20. / 300}, 0.01) })
-	if standby.Stats().Epoch != 0 {
-		t.Fatal("the standby acted while the active held the lock")
-	}
-	stopActive()
-	setDemand(20, 20, 360)
-	eventually(t, 3*time.Second, "standby took over and shifted to us", func() bool {
-		return near(shares(), []float64{20. / 300, 20. / 300, 260. / 300}, 0.01)
-	})
-	if standby.Stats().Epoch == 0 {
-		t.Fatal("the standby never ran an epoch")
-	}
-}
-
-// An active coordinator keeps its lock through an interval longer than the
-// lock's TTL: it renews while it waits, so the standby never acts.
-func TestActiveKeepsALockShorterThanTheInterval(t *testing.T) {
-	c := redisClient(t)
-	regions := []string{"a", "b"}
-	hub := NewHub()
-	led := newLedger(t, regions)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	k := testKnobs()
-	k.Interval = 600 * time.Millisecond
-	k.ShareTTL = 2 * k.Interval
-	start := func(region, id string) *Coordinator {
-		var lock Locker
-		if region == "a" {
-			lock = &RedisLock{Client: c, Key: "allot:coordinator:{a}", ID: id, TTL: 150 * time.Millisecond}
-		}
-		co, err := New(Config{Region: region, Regions: regions, Transport: hub.Join(region), Demand: newRateDemand(),
-			Writer: led.writer(region), Limits: testLimits, Lock: lock, LockRenew: 50 * time.Millisecond, Knobs: k,
-			Logger: testLogger(t).With("id", id)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() { _ = co.Run(ctx) })
-		return co
-	}
-	start("b", "b")
-	active := start("a", "a-1")
-	eventually(t, 5*time.Second, "a-1 active", func() bool { return active.Stats().Rounds > 0 })
-	standby := start("a", "a-2")
-	before := active.Stats().Rounds
-	eventually(t, 10*time.Second, "three more epochs", func() bool { return active.Stats().Rounds >= before+3 })
-	if n := standby.Stats().Rounds; n != 0 {
-		t.Fatalf("the standby ran %d epochs as the active one while a-1 held the lock", n)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/algorithm"
+	"github.com/allot-dev/allot/bucket"
 	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/policy"
 )
@@ -194,9 +195,9 @@ func (p *plan) add(subject string, pol *policy.Compiled, cost int64) {
 	}
 }
 
-// sameSubject reports whether key is "rl:{" + subject + "}...".
+// sameSubject reports whether key is a bucket key of subject.
 func sameSubject(key, subject string) bool {
-	return len(key) > 4+len(subject) && key[4:4+len(subject)] == subject && key[4+len(subject)] == '}'
+	return bucket.HasSubject(key, subject)
 }
 
 // Check decides r.
@@ -234,6 +235,10 @@ func (d *Decider) Check(ctx context.Context, r *policy.Request) (Decision, error
 		var takeBuf [8]leasedTake
 		var denied bool
 		takes, denied, failed, cause = d.takeLeased(ctx, set, leased, r, tier, cost, takeBuf[:0])
+		if IsOverloaded(cause) {
+			d.giveBack(takes)
+			return Decision{}, fmt.Errorf("leased check: %w", cause)
+		}
 		if denied || (len(p.groups) == 0 && len(failed) == 0) {
 			// A leased denial decides without asking the store at all.
 			return p.decide(nil, cost, takes), nil
@@ -248,6 +253,9 @@ func (d *Decider) Check(ctx context.Context, r *policy.Request) (Decision, error
 		var err error
 		results, err = d.store.Take(sctx, p.groups)
 		switch {
+		case IsOverloaded(err):
+			d.giveBack(takes)
+			return Decision{}, fmt.Errorf("check: %w", err)
 		case err != nil:
 			failed, cause = append(failed, exact...), err
 			p, results = plan{regions: d.regions}, nil
@@ -412,6 +420,17 @@ func reason(st *Status, cost int64) string {
 
 // ErrStoreUnavailable marks a decision made without the store.
 var ErrStoreUnavailable = errors.New("rate-limit store unavailable")
+
+// IsOverloaded reports whether err says the node shed the check: the
+// store was healthy but this node could not get an answer within its
+// bounds (region's queue full or MaxWait passed, or the caller stopped
+// waiting). Such a check is not decided by on_store_failure — the store
+// is not failing, the node is — and is answered as an error (gRPC
+// UNAVAILABLE, HTTP 503) for the caller to retry elsewhere or later.
+func IsOverloaded(err error) bool {
+	var o interface{ Overloaded() bool }
+	return errors.As(err, &o) && o.Overloaded()
+}
 
 // Seconds rounds d up to whole seconds, as Retry-After wants.
 func Seconds(d time.Duration) int64 {

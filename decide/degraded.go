@@ -23,9 +23,11 @@ type Fallback interface {
 func (d *Decider) UseFallback(f Fallback) { d.fallback = f }
 
 // SetStoreTimeout bounds the store work of one check, the take and any
-// refund together, by t (0: no bound beyond the store's own). The region
-// store has its own per-call deadline; this one keeps a take followed by a
-// refund within a single timeout. Call it before serving.
+// refund together, by t (0: no bound beyond the store's own). Nodes leave
+// it at 0: the region store judges its shards' stalls itself, and a
+// check whose caller-side bound passes while the store is healthy is
+// shed (an overloaded error), not decided by on_store_failure. Call it
+// before serving.
 func (d *Decider) SetStoreTimeout(t time.Duration) { d.timeout = t }
 
 // storeCtx bounds ctx by the store timeout. The caller's ctx is kept for
@@ -87,7 +89,7 @@ func (d *Decider) byStoreFailure(ctx, storeCtx context.Context, r *policy.Reques
 			}, nil
 		}
 	}
-	open := false
+	open := ""
 	local := plan{regions: d.regions}
 	var localIDs []string
 	for _, pol := range failed {
@@ -96,8 +98,8 @@ func (d *Decider) byStoreFailure(ctx, storeCtx context.Context, r *policy.Reques
 		case pol.OnStoreFailure == policy.FailLocal && d.fallback != nil:
 			local.add(pol.Subject(r, tier), pol, cost)
 			localIDs = append(localIDs, pol.ID)
-		default:
-			open = true
+		case open == "":
+			open = pol.ID
 		}
 	}
 	var fb []algorithm.Result
@@ -108,7 +110,10 @@ func (d *Decider) byStoreFailure(ctx, storeCtx context.Context, r *policy.Reques
 			// Only a spec the fallback cannot scale gets here (logged):
 			// those policies fail open rather than deny forever.
 			d.log.Warn("local fallback failed; failing open", "err", err)
-			local, fb, localIDs, open = plan{regions: d.regions}, nil, nil, true
+			local, fb, localIDs = plan{regions: d.regions}, nil, nil
+			if open == "" {
+				open = failedOpenID(failed)
+			}
 		}
 	}
 	all := plan{
@@ -123,11 +128,25 @@ func (d *Decider) byStoreFailure(ctx, storeCtx context.Context, r *policy.Reques
 		d.refundTo(ctx, d.fallback, &local, fb)
 		return dec, nil
 	}
-	if open {
+	if open != "" {
 		dec.Outcome = FailedOpen
 		dec.Reason = ErrStoreUnavailable.Error()
+		// The policy that failed open decided the answer (metrics count
+		// FAILED_OPEN under it).
+		dec.PolicyID = open
 	}
 	return dec, nil
+}
+
+// failedOpenID is the first enforced policy of failed: the one named by a
+// FAILED_OPEN answer whose local fallback failed.
+func failedOpenID(failed []*policy.Compiled) string {
+	for _, pol := range failed {
+		if !pol.Shadow {
+			return pol.ID
+		}
+	}
+	return ""
 }
 
 // markLocal makes the statuses of fallback-decided policies honest: not

@@ -2,6 +2,7 @@ package decide_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -89,8 +90,9 @@ func TestResilienceLatency(t *testing.T) {
 		require.NoError(t, err)
 		set, err := policy.Load("bench", []byte(benchPolicy))
 		require.NoError(t, err)
+		// As a node wires it: no per-check store deadline; the store
+		// judges stalls itself (region.Options.Timeout).
 		d := decide.New(deadlineStore{st}, set, nil)
-		d.SetStoreTimeout(st.Timeout())
 		d.UseFallback(fallback.New(fallback.Fixed(2), nil))
 		measure(t, d, time.Second) // warm up
 		f.start(in, p)
@@ -117,15 +119,15 @@ func TestResilienceLatency(t *testing.T) {
 }
 
 // waitedKey carries a *bool into the store's context: deadlineStore sets
-// it when the check's take failed with its deadline past, i.e. the
-// decision waited for the store until its deadline.
+// it when the check's take failed as stalled (or timed out), i.e. the
+// decision waited for the store until the stall threshold.
 type waitedKey struct{}
 
 type deadlineStore struct{ decide.Store }
 
 func (s deadlineStore) Take(ctx context.Context, groups []algorithm.Group) ([]algorithm.Result, error) {
 	res, err := s.Store.Take(ctx, groups)
-	if w, ok := ctx.Value(waitedKey{}).(*bool); ok && err != nil && ctx.Err() != nil {
+	if w, ok := ctx.Value(waitedKey{}).(*bool); ok && errors.Is(err, context.DeadlineExceeded) {
 		*w = true
 	}
 	return res, err

@@ -217,6 +217,11 @@ type Config struct {
 	// the same requests.
 	Ideal *algorithm.Spec
 
+	// Warmup, when > 0, is the start of the run left out of
+	// Report.Measured: requests due before it are sent and counted in the
+	// totals and the series (and fed to the ideal) but not measured.
+	Warmup time.Duration
+
 	// Conns is the number of gRPC connections per target. Default 1.
 	Conns int
 	// Dial, when set, replaces the network client for each target (the
@@ -284,6 +289,9 @@ func (c *Config) validate() error {
 		if err := checkIdeal(c.Ideal); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if c.Warmup < 0 || (c.Duration > 0 && c.Warmup >= c.Duration) {
+		errs = append(errs, fmt.Errorf("warm-up %v: want >= 0 and less than the duration %v", c.Warmup, c.Duration))
 	}
 	if c.ShiftAt < 0 {
 		errs = append(errs, fmt.Errorf("shift at %v: want >= 0", c.ShiftAt))

@@ -2,11 +2,14 @@ package loadgen
 
 import (
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/allot-dev/allot/algorithm"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
@@ -27,26 +30,40 @@ const (
 	allowed outcome = iota
 	throttled
 	failedOpen
-	failed          // no answer: transport error, timeout or an error status
-	allowedDegraded // allowed by a node deciding without its store (its local fallback)
+	failed            // no answer: transport error, timeout or an error status
+	allowedDegraded   // allowed by a node deciding without its store (its local fallback)
+	throttledDegraded // throttled by a node deciding without its store
+	shed              // no answer: the node shed the call as overloaded (see IsShed)
 	numOutcomes
 )
 
 func outcomeOf(a Answer, err error) outcome {
 	d := a.Decision
 	switch {
+	case err != nil && IsShed(err):
+		return shed
 	case err != nil:
 		return failed
 	case d == ratelimitv1.RateLimitResponse_ALLOWED && a.Degraded:
 		return allowedDegraded
 	case d == ratelimitv1.RateLimitResponse_ALLOWED:
 		return allowed
+	case d == ratelimitv1.RateLimitResponse_THROTTLED && a.Degraded:
+		return throttledDegraded
 	case d == ratelimitv1.RateLimitResponse_THROTTLED:
 		return throttled
 	case d == ratelimitv1.RateLimitResponse_FAILED_OPEN:
 		return failedOpen
 	}
 	return failed // a decision this generator does not know is not an answer it can count
+}
+
+// IsShed reports whether err is a node shedding load: a gRPC UNAVAILABLE
+// status whose message says "overloaded". Such a call got no decision,
+// on purpose; any other error is a failure of another kind.
+func IsShed(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.Unavailable && strings.Contains(st.Message(), "overloaded")
 }
 
 // hist is an HDR histogram behind a mutex: workers record into shared
@@ -104,6 +121,13 @@ type recorder struct {
 	maxGap   atomic.Int64 // ns: the longest time with no send, between sends
 	firstAns atomic.Int64 // ns after start of the first answer; MaxInt64 before
 	done     atomic.Int64 // requests answered or failed
+
+	// warmup > 0: requests due at or after it are also tallied apart
+	// (Report.Measured), so a warm-up is left out of the figures.
+	warmup        time.Duration
+	measured      [numOutcomes]atomic.Int64
+	measuredIdeal atomic.Int64
+	measuredLat   hist // 3 digits
 }
 
 func newRecorder(start time.Time, cfg *Config) *recorder {
@@ -115,7 +139,9 @@ func newRecorder(start time.Time, cfg *Config) *recorder {
 		regions:  make([]hist, len(cfg.Targets)),
 		lag:      hist{digits: 3},
 		service:  hist{digits: 3},
+		warmup:   cfg.Warmup,
 	}
+	r.measuredLat.digits = 3
 	for i := range r.points {
 		r.points[i].regions = make([]counts, len(cfg.Targets))
 		r.points[i].latency.digits = 2
@@ -136,14 +162,24 @@ func newRecorder(start time.Time, cfg *Config) *recorder {
 func (r *recorder) record(region int, at time.Duration, due, sent, end time.Time, key int, cost int64, o outcome) {
 	p := &r.points[min(int(at/r.interval), len(r.points)-1)]
 	p.regions[region][o].Add(1)
+	warm := r.warmup > 0 && at >= r.warmup
+	if warm {
+		r.measured[o].Add(1)
+	}
 	if r.ideal != nil && r.ideal.take(key, at, cost) {
 		p.ideal.Add(1)
+		if warm {
+			r.measuredIdeal.Add(1)
+		}
 	}
-	if o != failed {
+	if o != failed && o != shed {
 		lat := end.Sub(due)
 		r.regions[region].record(lat)
 		p.latency.record(lat)
 		r.service.record(end.Sub(sent))
+		if warm {
+			r.measuredLat.record(lat)
+		}
 	}
 	r.lag.record(sent.Sub(due))
 	storeMin(&r.first, int64(sent.Sub(r.start)))

@@ -32,9 +32,18 @@ type Counts struct {
 	// their store (on_store_failure: local): outside the leasing bound.
 	AllowedDegraded int64
 	Throttled       int64
-	FailedOpen      int64 // allowed because the node's store failed
-	Failed          int64 // no decision: transport error, timeout, error status
+	// ThrottledDegraded is the part of Throttled that nodes decided
+	// without their store.
+	ThrottledDegraded int64
+	FailedOpen        int64 // allowed because the node's store failed
+	Failed            int64 // no decision: transport error, timeout, error status
+	// Shed is the part of Failed that nodes shed as overloaded (IsShed):
+	// refused on purpose, with an explicit code.
+	Shed int64
 }
+
+// Degraded is every answer decided without the store, allowed or not.
+func (c Counts) Degraded() int64 { return c.AllowedDegraded + c.ThrottledDegraded }
 
 // Admitted is what the node let through: allowed plus failed open.
 func (c Counts) Admitted() int64 { return c.Allowed + c.FailedOpen }
@@ -44,12 +53,16 @@ func (c *Counts) add(o Counts) {
 	c.Allowed += o.Allowed
 	c.AllowedDegraded += o.AllowedDegraded
 	c.Throttled += o.Throttled
+	c.ThrottledDegraded += o.ThrottledDegraded
 	c.FailedOpen += o.FailedOpen
 	c.Failed += o.Failed
+	c.Shed += o.Shed
 }
 
 func countsOf(v [numOutcomes]int64) Counts {
-	c := Counts{Allowed: v[allowed] + v[allowedDegraded], AllowedDegraded: v[allowedDegraded], Throttled: v[throttled], FailedOpen: v[failedOpen], Failed: v[failed]}
+	c := Counts{Allowed: v[allowed] + v[allowedDegraded], AllowedDegraded: v[allowedDegraded],
+		Throttled: v[throttled] + v[throttledDegraded], ThrottledDegraded: v[throttledDegraded],
+		FailedOpen: v[failedOpen], Failed: v[failed] + v[shed], Shed: v[shed]}
 	c.Sent = c.Allowed + c.Throttled + c.FailedOpen + c.Failed
 	return c
 }
@@ -134,6 +147,32 @@ type Report struct {
 	Service Quantiles
 	// Histogram holds every answered request's latency in microseconds.
 	Histogram *hdrhistogram.Histogram
+
+	// Warmup is Config.Warmup; Measured is what was due from Warmup on
+	// (everything when Warmup is 0).
+	Warmup   time.Duration
+	Measured Measured
+}
+
+// Measured is the part of a run after its warm-up.
+type Measured struct {
+	Counts
+	// Latency of the answered requests due from the warm-up on.
+	Latency Quantiles
+	// IdealAdmitted is what the ideal bucket admitted of these requests;
+	// the bucket was fed the warm-up's requests too, so it is in the
+	// state the warm-up left, as the node's is.
+	IdealAdmitted int64
+	// Span is from the end of the warm-up to the last answer.
+	Span time.Duration
+}
+
+// Throughput is the measured requests per second of Span.
+func (m Measured) Throughput() float64 {
+	if m.Span <= 0 {
+		return 0
+	}
+	return float64(m.Sent) / m.Span.Seconds()
 }
 
 // Throughput is requests answered or failed per second of the run
@@ -203,6 +242,17 @@ func (g *gen) report(interrupted bool) *Report {
 		r.Series = append(r.Series, pt)
 	}
 	r.Series = r.Series[:last+1]
+	r.Warmup = g.cfg.Warmup
+	if r.Warmup > 0 {
+		var v [numOutcomes]int64
+		for o := range numOutcomes {
+			v[o] = rec.measured[o].Load()
+		}
+		r.Measured = Measured{Counts: countsOf(v), Latency: quantilesOf(rec.measuredLat.snapshot()), IdealAdmitted: rec.measuredIdeal.Load()}
+	} else {
+		r.Measured = Measured{Counts: r.Total.Counts, Latency: r.Total.Latency, IdealAdmitted: r.IdealAdmitted}
+	}
+	r.Measured.Span = max(0, r.LastAnswer-r.Warmup)
 	return r
 }
 
@@ -214,6 +264,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		r.Total.Sent, r.LastAnswer.Seconds(), r.Throughput(), r.Total.Admitted(), r.Total.Allowed, r.Total.FailedOpen, r.Total.Throttled, r.Total.Failed)
 	if r.Total.AllowedDegraded > 0 {
 		ew.printf("of the allowed, %d were decided without the store (a node's local fallback)\n", r.Total.AllowedDegraded)
+	}
+	if r.Total.Shed > 0 {
+		ew.printf("of the failed, %d were shed by the node as overloaded\n", r.Total.Shed)
 	}
 	from := "sent"
 	if r.Rate > 0 {

@@ -428,6 +428,8 @@ func TestBadConfigIsRejected(t *testing.T) {
 		"bad zipf":            {Targets: []loadgen.Target{{Region: "a", Addr: "127.0.0.1:1"}}, Duration: time.Second, Keys: loadgen.Keys{Dist: loadgen.Zipf, Count: 10, S: math.NaN()}},
 		"unknown region":      {Targets: []loadgen.Target{{Region: "a", Addr: "127.0.0.1:1"}}, Duration: time.Second, Keys: loadgen.Keys{Count: 1}, Split: []loadgen.Weight{{Region: "b", Share: 1}}},
 		"shift without split": {Targets: []loadgen.Target{{Region: "a", Addr: "127.0.0.1:1"}}, Duration: time.Second, Keys: loadgen.Keys{Count: 1}, ShiftAt: time.Second},
+		"warm-up too long":    {Targets: []loadgen.Target{{Region: "a", Addr: "127.0.0.1:1"}}, Duration: time.Second, Warmup: time.Second},
+		"negative warm-up":    {Targets: []loadgen.Target{{Region: "a", Addr: "127.0.0.1:1"}}, Duration: time.Second, Warmup: -time.Second},
 	} {
 		if _, err := loadgen.Run(t.Context(), cfg); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -26,9 +26,9 @@
 -- doc comments): same state, same formulas in the same order, so integer
 -- maths agrees exactly and IEEE doubles agree bit for bit.
 
--- now, idiv, ceil_div, ttl_ms, fmt, window_at, extend_ttl, tb_rate and
--- refill come from common.lua, and params and all_params from params.lua,
--- which lua.go prepends.
+-- now, idiv, ceil_div, ttl_ms, fmt, ttl_arg, ttl_error, count, window_at,
+-- extend_ttl, tb_rate, tb_ttl and refill come from common.lua, and params
+-- and all_params from params.lua, which lua.go prepends.
 
 -- read runs a read command on a key. A key of another Redis type means a
 -- policy changed this limit's algorithm: it reads as missing (stale = true)
@@ -46,9 +46,13 @@ end
 
 -- Each algorithm has:
 --   check(key, p)           read the state and decide; no writes.
---                           Returns ok and a state table for the others.
+--                           Returns ok and a state table for the others,
+--                           whose ttl_ms is the TTL commit would set (the
+--                           main loop checks it before any commit runs:
+--                           a script never fails after writing).
 --   commit(key, p, st)      write the state after taking p.cost, and the
---                           TTL after which the idle key is fresh again.
+--                           TTL st.ttl (ttl_ms as PEXPIRE's argument)
+--                           after which the idle key is fresh again.
 --   report(p, st, taken)    remaining, retry_us, reset_us; taken says
 --                           whether the whole group was admitted, so a
 --                           key that alone would pass still reports its
@@ -76,7 +80,7 @@ algos.tb = {
     else
       tokens, ts = refill(tokens, ts, p.rate, p.burst)
     end
-    return tokens >= p.cost, { tokens = tokens, ts = ts, stale = stale }
+    return tokens >= p.cost, { tokens = tokens, ts = ts, stale = stale, ttl_ms = tb_ttl(p.burst, p.rate) }
   end,
   commit = function(key, p, st)
     if st.stale then
@@ -84,14 +88,13 @@ algos.tb = {
     end
     -- Numbers passed to redis.call are formatted with 17 significant
     -- digits, so the stored float round-trips exactly.
-    redis.call('HSET', key, 'tokens', st.tokens - p.cost, 'ts', st.ts)
-    local ttl = math.ceil(p.burst / p.rate * 1000) + 1000
+    redis.call('HSET', key, 'tokens', st.tokens - p.cost, 'ts', fmt(st.ts))
     -- A shared bucket's TTL is the coordinator's (share TTL): only extend
     -- it, or an idle key would drop its share.
     if p.shared then
-      extend_ttl(key, ttl)
+      extend_ttl(key, st.ttl)
     else
-      redis.call('PEXPIRE', key, ttl)
+      redis.call('PEXPIRE', key, st.ttl)
     end
   end,
   report = function(p, st, taken)
@@ -121,6 +124,7 @@ algos.gcra = {
       tat = stored -- a clock that steps back leaves TAT ahead: never mints
     end
     local st = { T = T, tau = p.burst * T, tat = tat, stale = stale }
+    st.ttl_ms = ttl_ms(st.tau)
     if p.cost > p.burst then
       return false, st
     end
@@ -132,7 +136,7 @@ algos.gcra = {
       redis.call('DEL', key)
     end
     redis.call('HSET', key, 'tat', fmt(st.next))
-    redis.call('PEXPIRE', key, ttl_ms(st.tau))
+    redis.call('PEXPIRE', key, st.ttl)
   end,
   report = function(p, st, taken)
     local retry = 0
@@ -176,6 +180,15 @@ algos.swl = {
       local e = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(cut), '+inf', 'WITHSCORES', 'LIMIT', k - 1, 1)
       st.frees = tonumber(e[2]) + p.window
     end
+    -- The newest entry after the commit sets when the log is empty again.
+    local newest = st.newest
+    if p.cost > 0 then
+      newest = st.at
+    end
+    st.ttl_ms = ttl_ms(0)
+    if newest ~= nil then
+      st.ttl_ms = ttl_ms(newest + p.window - now)
+    end
     return ok, st
   end,
   commit = function(key, p, st)
@@ -193,15 +206,7 @@ algos.swl = {
         args = {}
       end
     end
-    local newest = st.newest
-    if p.cost > 0 then
-      newest = st.at
-    end
-    local ttl = ttl_ms(0)
-    if newest ~= nil then
-      ttl = ttl_ms(newest + p.window - now)
-    end
-    redis.call('PEXPIRE', key, ttl)
+    redis.call('PEXPIRE', key, st.ttl)
   end,
   report = function(p, st, taken)
     local retry = 0
@@ -241,7 +246,7 @@ algos.swc = {
       curr, prev = 0, curr
     end
     local est = curr + prev * ((w - e) / w)
-    local st = { idx = idx, e = e, curr = curr, prev = prev, est = est, stale = stale }
+    local st = { idx = idx, e = e, curr = curr, prev = prev, est = est, stale = stale, ttl_ms = ttl_ms(2 * w - e) }
     return p.cost <= p.limit and est + p.cost <= p.limit, st
   end,
   commit = function(key, p, st)
@@ -249,7 +254,7 @@ algos.swc = {
       redis.call('DEL', key)
     end
     redis.call('HSET', key, 'swc_win', fmt(st.idx), 'swc_curr', fmt(st.curr + p.cost), 'swc_prev', fmt(st.prev))
-    redis.call('PEXPIRE', key, ttl_ms(2 * p.window - st.e))
+    redis.call('PEXPIRE', key, st.ttl)
   end,
   report = function(p, st, taken)
     local w, e = p.window, st.e
@@ -303,6 +308,7 @@ algos.fw = {
       remote = 0
     end
     local st = { idx = idx, n = n, remote = remote, to_end = (idx + 1) * w - now, stale = stale }
+    st.ttl_ms = ttl_ms(st.to_end)
     return p.cost <= p.limit and n + remote + p.cost <= p.limit, st
   end,
   commit = function(key, p, st)
@@ -310,7 +316,7 @@ algos.fw = {
       redis.call('DEL', key)
     end
     redis.call('HSET', key, 'fw_win', fmt(st.idx), 'fw_n', fmt(st.n + p.cost))
-    redis.call('PEXPIRE', key, ttl_ms(st.to_end))
+    redis.call('PEXPIRE', key, st.ttl)
   end,
   report = function(p, st, taken)
     local retry = 0
@@ -342,6 +348,11 @@ end
 local states, allowed = {}, true
 for i = 1, n do
   local ok, st = algos[ps[i].algo].check(KEYS[i], ps[i])
+  -- Every TTL is known and in range before the first write.
+  st.ttl = ttl_arg(st.ttl_ms)
+  if not st.ttl then
+    return ttl_error(KEYS[i], st.ttl_ms)
+  end
   st.ok = ok
   allowed = allowed and ok
   states[i] = st

@@ -26,9 +26,15 @@
 --             (need > burst), else microseconds until it could
 --   burst     effective burst (policy or coordinator share)
 --   rate      effective rate in tokens/s, as a string (may be fractional)
+--
+-- Every key is read and its new fields and TTL computed before the first
+-- write, so a failing call writes nothing. 'granted' and 'wanted' are
+-- summed here and written with the tokens in one HSET (not HINCRBY,
+-- which can fail on overflow after the tokens were written).
 
--- now, idiv, ceil_div, ttl_ms, fmt, window_at, extend_ttl, tb_rate and
--- refill come from common.lua, which lua.go prepends.
+-- now, idiv, ceil_div, ttl_ms, fmt, ttl_arg, ttl_error, count, window_at,
+-- extend_ttl, tb_rate, tb_ttl and refill come from common.lua, which
+-- lua.go prepends.
 
 local n = #KEYS
 if #ARGV ~= n * 5 then
@@ -38,16 +44,21 @@ end
 local function params(i)
   local b = (i - 1) * 5
   local p = {
-    limit = tonumber(ARGV[b + 1]),
-    period_ms = tonumber(ARGV[b + 2]),
-    burst = tonumber(ARGV[b + 3]),
+    limit = count(ARGV[b + 1]),
+    period_ms = count(ARGV[b + 2]),
+    burst = count(ARGV[b + 3]),
     need = tonumber(ARGV[b + 4]),
     want = tonumber(ARGV[b + 5]),
   }
-  if not (p.limit and p.period_ms and p.burst and p.need and p.want) then
-    return nil, 'ERR allot: non-numeric argument for key ' .. KEYS[i]
+  if not (p.limit and p.period_ms and p.burst) then
+    return nil, 'ERR allot: limit, period and burst must be whole numbers in [0, 2^53] for key ' .. KEYS[i]
   end
-  if p.limit <= 0 or p.period_ms <= 0 or p.burst < 0 or p.need < 0 or p.want < p.need then
+  -- Like a cost (params.lua), need and want are only compared and summed
+  -- into counters: any number >= 0 will do.
+  if not (p.need and p.want) then
+    return nil, 'ERR allot: non-numeric need or want for key ' .. KEYS[i]
+  end
+  if p.limit == 0 or p.period_ms == 0 or p.need < 0 or p.want < p.need then
     return nil, 'ERR allot: invalid limit, period, burst, need or want for key ' .. KEYS[i]
   end
   if p.burst == 0 then
@@ -64,7 +75,7 @@ for i = 1, n do
   if not p then
     return redis.error_reply(err)
   end
-  local h = redis.call('HMGET', KEYS[i], 'tokens', 'ts', 'rate', 'burst')
+  local h = redis.call('HMGET', KEYS[i], 'tokens', 'ts', 'rate', 'burst', 'granted', 'wanted')
   -- A coordinator share overrides the policy's numbers.
   local r, b = tonumber(h[3]), tonumber(h[4])
   if r and r > 0 then
@@ -88,8 +99,13 @@ for i = 1, n do
     retry = math.ceil((p.need - tokens) / p.rate * 1e6)
     reply[1] = 0
   end
-  p.exists = exists
-  ps[i], st[i] = p, { tokens = tokens, ts = ts, retry = retry }
+  local ms = tb_ttl(p.burst, p.rate)
+  local ttl = ttl_arg(ms)
+  if not ttl then
+    return ttl_error(KEYS[i], ms)
+  end
+  p.exists, p.ttl = exists, ttl
+  ps[i], st[i] = p, { tokens = tokens, ts = ts, retry = retry, granted = tonumber(h[5]) or 0, wanted = tonumber(h[6]) or 0 }
 end
 
 for i = 1, n do
@@ -98,14 +114,13 @@ for i = 1, n do
   if reply[1] == 1 then
     granted = math.min(p.want, math.floor(s.tokens))
     s.tokens = s.tokens - granted
-    redis.call('HSET', KEYS[i], 'tokens', s.tokens, 'ts', s.ts)
-    redis.call('HINCRBY', KEYS[i], 'granted', granted)
-    redis.call('HINCRBY', KEYS[i], 'wanted', p.want)
-    extend_ttl(KEYS[i], math.ceil(p.burst / p.rate * 1000) + 1000)
+    redis.call('HSET', KEYS[i], 'tokens', s.tokens, 'ts', fmt(s.ts),
+      'granted', fmt(s.granted + granted), 'wanted', fmt(s.wanted + p.want))
+    extend_ttl(KEYS[i], p.ttl)
   elseif p.exists then
     -- Record the demand a denial could not serve, without touching tokens
     -- or the TTL: the coordinator reads it as unmet demand.
-    redis.call('HINCRBY', KEYS[i], 'wanted', p.want)
+    redis.call('HSET', KEYS[i], 'wanted', fmt(s.wanted + p.want))
   end
   reply[#reply + 1] = granted
   reply[#reply + 1] = math.floor(s.tokens)

@@ -25,6 +25,8 @@ var (
 	paramsSrc string
 	//go:embed check.lua
 	checkSrc string
+	//go:embed check_tb.lua
+	checkTBSrc string
 	//go:embed refund.lua
 	refundSrc string
 )
@@ -36,6 +38,12 @@ var (
 //
 // A *redis.Script only caches its source and SHA1, so sharing it is safe.
 var Check = redis.NewScript(commonSrc + paramsSrc + checkSrc)
+
+// CheckTB is check_tb.lua: Check for a group whose keys are all token
+// buckets, with Check's KEYS, ARGV and reply and the same maths and
+// stored state, at about half its Redis CPU per call (docs/benchmarks.md,
+// "Redis script per algorithm"). It refuses any other algorithm code.
+var CheckTB = redis.NewScript(checkTBSrc)
 
 // Refund is refund.lua: it credits back what a successful Check took, with
 // the same KEYS and ARGV. It returns the number of buckets credited.
@@ -69,6 +77,8 @@ func Source(s *redis.Script) string {
 	switch s {
 	case Check:
 		return commonSrc + paramsSrc + checkSrc
+	case CheckTB:
+		return checkTBSrc
 	case Refund:
 		return commonSrc + paramsSrc + refundSrc
 	case Lease:
@@ -76,5 +86,5 @@ func Source(s *redis.Script) string {
 	case Return:
 		return commonSrc + returnSrc
 	}
-	return ""
+	return coordSource(s)
 }

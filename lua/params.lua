@@ -7,16 +7,22 @@ local function params(i)
   local b = (i - 1) * 5
   local p = {
     algo = ARGV[b + 1],
-    limit = tonumber(ARGV[b + 2]),
-    period_ms = tonumber(ARGV[b + 3]),
-    burst = tonumber(ARGV[b + 4]),
+    limit = count(ARGV[b + 2]),
+    period_ms = count(ARGV[b + 3]),
+    burst = count(ARGV[b + 4]),
     cost = tonumber(ARGV[b + 5]),
   }
-  if not (p.limit and p.period_ms and p.burst and p.cost) then
-    return redis.error_reply('ERR allot: non-numeric argument for key ' .. KEYS[i])
+  -- The limit's numbers make the state, so they must be exact; a cost is
+  -- only compared with them (a cost above the capacity is denied before
+  -- any sum), so any cost >= 0 is fine, as in package algorithm.
+  if not (p.limit and p.period_ms and p.burst) then
+    return redis.error_reply('ERR allot: limit, period and burst must be whole numbers in [0, 2^53] for key ' .. KEYS[i])
   end
-  if p.limit <= 0 or p.period_ms <= 0 or p.burst < 0 or p.cost < 0 then
-    return redis.error_reply('ERR allot: invalid limit, period, burst or cost for key ' .. KEYS[i])
+  if not (p.cost and p.cost >= 0) then
+    return redis.error_reply('ERR allot: cost must be a number >= 0 for key ' .. KEYS[i])
+  end
+  if p.limit == 0 or p.period_ms == 0 then
+    return redis.error_reply('ERR allot: limit and period must be positive for key ' .. KEYS[i])
   end
   if p.burst == 0 then
     p.burst = p.limit
@@ -26,7 +32,7 @@ local function params(i)
 end
 
 -- all_params reads and validates every key's arguments, so that a script
--- fails before it reads or writes anything: ps[i] for KEYS[i], or nil and
+-- fails on them before it reads or writes anything: ps[i] for KEYS[i], or nil and
 -- an error reply. algos holds the script's algorithms by code.
 local function all_params(algos)
   local n = #KEYS

@@ -17,25 +17,32 @@
 -- 'granted' is lowered by unspent (it then counts tokens really used or
 -- lost). A missing bucket is full already: nothing to do.
 --
+-- Every key is read and its TTL computed before the first write, so a
+-- failing call writes nothing.
+--
 -- Returns the whole tokens credited in total.
 
--- now, idiv, ceil_div, ttl_ms, fmt, window_at, extend_ttl, tb_rate and
--- refill come from common.lua, which lua.go prepends.
+-- now, idiv, ceil_div, ttl_ms, fmt, ttl_arg, ttl_error, count, window_at,
+-- extend_ttl, tb_rate, tb_ttl and refill come from common.lua, which
+-- lua.go prepends.
 
 local n = #KEYS
 if #ARGV ~= n * 5 then
   return redis.error_reply('ERR allot: want 5 ARGV per key, got ' .. #ARGV .. ' for ' .. n .. ' keys')
 end
 
-local credited = 0
+local credited, writes = 0, {}
 for i = 1, n do
   local b = (i - 1) * 5
-  local limit, period_ms, burst = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+  local limit, period_ms, burst = count(ARGV[b + 1]), count(ARGV[b + 2]), count(ARGV[b + 3])
   local unspent, age = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
-  if not (limit and period_ms and burst and unspent and age) then
-    return redis.error_reply('ERR allot: non-numeric argument for key ' .. KEYS[i])
+  if not (limit and period_ms and burst) then
+    return redis.error_reply('ERR allot: limit, period and burst must be whole numbers in [0, 2^53] for key ' .. KEYS[i])
   end
-  if limit <= 0 or period_ms <= 0 or burst < 0 or unspent < 0 or age < 0 then
+  if not (unspent and age) then
+    return redis.error_reply('ERR allot: non-numeric unspent or age for key ' .. KEYS[i])
+  end
+  if limit == 0 or period_ms == 0 or unspent < 0 or age < 0 then
     return redis.error_reply('ERR allot: invalid limit, period, burst, unspent or age for key ' .. KEYS[i])
   end
   if burst == 0 then
@@ -58,8 +65,16 @@ for i = 1, n do
     tokens = math.min(burst, tokens + credit)
     credited = credited + (tokens - before)
     local granted = math.max(0, (tonumber(h[5]) or 0) - unspent)
-    redis.call('HSET', KEYS[i], 'tokens', tokens, 'ts', ts, 'granted', granted)
-    extend_ttl(KEYS[i], math.ceil(burst / rate * 1000) + 1000)
+    local ms = tb_ttl(burst, rate)
+    local ttl = ttl_arg(ms)
+    if not ttl then
+      return ttl_error(KEYS[i], ms)
+    end
+    writes[#writes + 1] = { KEYS[i], tokens, fmt(ts), fmt(granted), ttl }
   end
+end
+for _, w in ipairs(writes) do
+  redis.call('HSET', w[1], 'tokens', w[2], 'ts', w[3], 'granted', w[4])
+  extend_ttl(w[1], w[5])
 end
 return math.floor(credited)

@@ -30,7 +30,7 @@ type httpListener struct {
 // reach /v1/check and spend other callers' tokens.
 func (n *Node) startHTTP() error {
 	if n.cfg.HTTPAddr != "" {
-		h := server.NewHTTP(n.decider, server.HTTPOptions{Logger: n.log, Ready: func() bool { return !n.closing.Load() }, Status: n.StoreStatus, Observe: n.observeHook()})
+		h := server.NewHTTP(n.checker(), server.HTTPOptions{Logger: n.log, Ready: func() bool { return !n.closing.Load() }, Status: n.StoreStatus, Observe: n.observeHook()})
 		srv := &http.Server{Handler: n.httpTelemetry(h), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 		if err := n.serveHTTP("http", n.cfg.HTTPAddr, srv); err != nil {
 			return err
@@ -71,7 +71,7 @@ func (n *Node) proxyHandler() (http.Handler, error) {
 	}
 	lim, err := middleware.New(middleware.Options{
 		// In process: the proxy is the node, so no network hop.
-		Check:    server.NewGRPC(n.decider).CheckRateLimit,
+		Check:    server.NewGRPC(n.checker()).CheckRateLimit,
 		Identity: n.cfg.Identity,
 		Timeout:  n.cfg.CheckTimeout,
 		Logger:   n.log,

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/allot-dev/allot/coord"
+	"github.com/allot-dev/allot/coord/demand"
 )
 
 // MultiRegion is a node's part in sharing `scope: global` limits between
@@ -77,7 +77,7 @@ func (n *Node) startMultiRegion() error {
 		}
 		n.decider.DrainDemand(fn)
 	}
-	pub := &coord.Publisher{NC: nc, Region: mr.Region, Node: name, Drain: drain, Period: mr.DemandPeriod, Log: n.log}
+	pub := &demand.Publisher{NC: nc, Region: mr.Region, Node: name, Drain: drain, Period: mr.DemandPeriod, Log: n.log}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/allot-dev/allot/coord"
+	"github.com/allot-dev/allot/coord/demand"
 	"github.com/allot-dev/allot/internal/natstest"
 	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/node"
@@ -41,7 +41,7 @@ policies:
 	nc, err := nats.Connect(natsURL)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	demand, err := coord.SubscribeDemand(nc, "us", nil)
+	demand, err := demand.Collect(nc, "us", nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { demand.Close() })
 

@@ -36,9 +36,18 @@ type Resilience struct {
 	// gets all of RedisTimeout, as before the margin existed). It must be
 	// less than RedisTimeout.
 	RedisTimeoutMargin time.Duration
-	// LeaseTimeout is the deadline of one asynchronous lease refill or
-	// return. Zero means region.DefaultLeaseTimeout.
+	// LeaseTimeout bounds one asynchronous lease refill or return. Zero
+	// means region.DefaultLeaseTimeout.
 	LeaseTimeout time.Duration
+	// RedisMaxWait, RedisStallMax, RedisPipelines and RedisMaxBatch are
+	// region.Options' MaxWait (longest wait on a healthy shard before a
+	// call is shed), StallMax (cap of the adaptive stall threshold),
+	// Pipelines (in flight per shard) and MaxBatch (calls per pipeline);
+	// zero takes region's defaults.
+	RedisMaxWait   time.Duration
+	RedisStallMax  time.Duration
+	RedisPipelines int
+	RedisMaxBatch  int
 	// Breaker configures the per-shard circuit breakers.
 	Breaker region.BreakerOptions
 
@@ -79,7 +88,10 @@ func (r Resilience) callTimeout() (time.Duration, error) {
 }
 
 func (r Resilience) regionOptions(n *Node, call time.Duration) region.Options {
-	return region.Options{Timeout: call, LeaseTimeout: r.LeaseTimeout, Breaker: r.Breaker, Logger: n.log}
+	return region.Options{
+		Timeout: call, LeaseTimeout: r.LeaseTimeout, Breaker: r.Breaker, Logger: n.log,
+		MaxWait: r.RedisMaxWait, StallMax: r.RedisStallMax, Pipelines: r.RedisPipelines, MaxBatch: r.RedisMaxBatch,
+	}
 }
 
 // StoreHealthService is the gRPC health service name that reports the
@@ -120,9 +132,9 @@ func (n *Node) startResilience(st *region.Store) error {
 		r.members, size = m, m
 	}
 	r.fallback = fallback.New(size, nil)
-	// The take and any refund share the store's call deadline, so that
-	// the margin of --redis-timeout is left for the decision after them.
-	n.decider.SetStoreTimeout(st.Timeout())
+	// No per-check store deadline: the store judges its shards' health
+	// itself (a stalled shard fails its calls after the stall threshold)
+	// and sheds what this node cannot get answered (region.Options).
 	n.decider.UseFallback(r.fallback)
 	return nil
 }

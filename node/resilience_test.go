@@ -49,8 +49,12 @@ func startResilient(t *testing.T) *resilientNode {
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Redis: []string{p.Addr}, PoliciesPath: path,
 		Resilience: node.Resilience{
 			RedisTimeout: region.DefaultTimeout,
-			Breaker:      region.BreakerOptions{Window: 2 * time.Second, Bucket: 100 * time.Millisecond, MinRequests: 5, OpenFor: 300 * time.Millisecond},
-			GossipFloor:  4,
+			// Under CPU pressure (a loaded CI machine) silence is judged a
+			// stall only after the stall cap: keep it below the 50 ms
+			// slowdown injected here.
+			RedisStallMax: 30 * time.Millisecond,
+			Breaker:       region.BreakerOptions{Window: 2 * time.Second, Bucket: 100 * time.Millisecond, MinRequests: 5, OpenFor: 300 * time.Millisecond},
+			GossipFloor:   4,
 		},
 	})
 	require.NoError(t, err)

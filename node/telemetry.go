@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -88,6 +89,12 @@ func (n *Node) httpTelemetry(h http.Handler) http.Handler {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", tel.Handler())
+	if n.cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("/", h)
 	return mux
 }
@@ -127,8 +134,16 @@ func (n *Node) startTelemetry() error {
 			return err
 		}
 		n.closers = append(n.closers, stop)
+		stop, err = tel.ObserveStore(n.res.store.Stats)
+		if err != nil {
+			return err
+		}
+		n.closers = append(n.closers, stop)
 	}
 	if n.cfg.MetricsAddr == "" {
+		if n.cfg.Pprof {
+			return errors.New("pprof needs a metrics address (--metrics-addr): profiles are not served on the public HTTP listener")
+		}
 		if n.cfg.HTTPAddr == "" {
 			n.log.Warn("no /metrics: --metrics-addr is empty and the HTTP listener is disabled")
 		}
@@ -136,6 +151,12 @@ func (n *Node) startTelemetry() error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", tel.Handler())
+	if n.cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 	return n.serveHTTP("metrics", n.cfg.MetricsAddr, srv)
 }

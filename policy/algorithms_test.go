@@ -56,3 +56,32 @@ policies:
 	assert.NotContains(t, got, "exact-window limits[0].algorithm", "exact precision takes any algorithm")
 	assert.Len(t, ve.Problems, 6, "%v", err)
 }
+
+// Issue 13 point 7: numbers within each field's range whose combination
+// the scripts cannot compute (algorithm.Spec.Validate's bounds) are
+// refused at load, with the largest burst that would do; that burst loads.
+func TestNumbersTheScriptsCannotHold(t *testing.T) {
+	_, err := Load("p.yaml", []byte(`
+policies:
+  - id: yearly
+    limits:
+      - {name: a, algorithm: token_bucket, limit: 1, period: 8784h, burst: 3162316}
+      - {name: b, algorithm: gcra, limit: 1, period: 8784h, burst: 72}
+`))
+	var ve *ValidationError
+	require.True(t, errors.As(err, &ve), "%v", err)
+	require.Len(t, ve.Problems, 2, "%v", err)
+	assert.Equal(t, "limits[0].algorithm", ve.Problems[0].Field)
+	assert.Contains(t, ve.Problems[0].Msg, "3.17e+06 years")
+	assert.Contains(t, ve.Problems[0].Msg, "at most burst 71 for this limit and period")
+	assert.Contains(t, ve.Problems[1].Msg, "at most burst 71 for this limit and period")
+
+	set := load(t, `
+policies:
+  - id: yearly
+    limits:
+      - {name: a, algorithm: token_bucket, limit: 1, period: 8784h, burst: 71}
+      - {name: b, algorithm: gcra, limit: 1, period: 8784h, burst: 71}
+`)
+	require.Equal(t, 1, set.Len())
+}

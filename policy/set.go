@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/algorithm"
+	"github.com/allot-dev/allot/bucket"
 )
 
 // Request is what a policy is matched against. The server fills it from
@@ -61,7 +62,7 @@ type Compiled struct {
 type CompiledLimit struct {
 	Name string
 	Spec algorithm.Spec
-	// suffix is ":<policy>:<limit>", precomputed for key building.
+	// suffix is the key's bucket.Suffix, precomputed for key building.
 	suffix string
 }
 
@@ -153,7 +154,7 @@ func compilePolicy(i int, p *Policy) *Compiled {
 		c.Limits = append(c.Limits, CompiledLimit{
 			Name:   l.Name,
 			Spec:   algorithm.Spec{Algorithm: a, Limit: l.Limit, Period: time.Duration(l.Period), Burst: l.Burst},
-			suffix: ":" + p.ID + ":" + l.Name,
+			suffix: bucket.Suffix(p.ID, l.Name),
 		})
 	}
 	return c
@@ -229,7 +230,7 @@ func (p *Compiled) Subject(r *Request, tier string) string {
 // Key is the Redis key of limit l for subject: rl:{<subject>}:<policy>:<limit>.
 // The hash tag puts every limit of one subject in one cluster slot.
 func (l *CompiledLimit) Key(subject string) string {
-	return "rl:{" + subject + "}" + l.suffix
+	return bucket.Render(subject, l.suffix)
 }
 
 func fieldValue(f Field, r *Request, tier string) string {

@@ -86,34 +86,38 @@ func TestRecoversAfterFailoverToReplica(t *testing.T) {
 	defer rc.Close()
 	scriptCached := func() bool {
 		t.Helper()
-		ex, err := rc.ScriptExists(ctx, lua.Check.Hash()).Result()
+		// A token bucket's group runs check_tb.lua (region/script.go).
+		ex, err := rc.ScriptExists(ctx, lua.CheckTB.Hash()).Result()
 		require.NoError(t, err)
 		return ex[0]
 	}
 	require.False(t, scriptCached(), "scripts replicate by effects: the replica never ran check.lua")
 
 	// The master dies. Calls fail fast: first sent (refused dials), then
-	// refused by the shard's open breaker without being sent, except its
-	// probe after OpenFor, which fails and opens it again. The promotion
-	// comes after at least one failed probe, as in a real failover (which
-	// takes the cluster's node timeout, seconds).
+	// refused by the shard's open breaker without being sent, while its
+	// background probes fail. The promotion comes after at least one
+	// failed probe, as in a real failover (which takes the cluster's node
+	// timeout, seconds).
 	master.Kill()
 	killed := time.Now()
-	var sentDown, refusedDown, probesDown int
+	var sentDown, refusedDown int
+	var probesDown uint64
 	var worstDown time.Duration
 	for refusedDown < 20 || probesDown < 1 {
+		for _, h := range s.Shards() {
+			if h.Shard == master.Addr {
+				probesDown = h.ProbeFailures
+			}
+		}
 		require.Less(t, time.Since(killed), 10*time.Second,
 			"the dead master's breaker did not open and probe (%d sent, %d refused)", sentDown, refusedDown)
 		_, took, err := take()
 		require.Error(t, err, "the only server of the key's slot is dead")
 		worstDown = max(worstDown, took)
 		assert.Less(t, took, callTimeout+margin)
-		switch {
-		case errors.Is(err, region.ErrUnavailable):
+		if errors.Is(err, region.ErrUnavailable) {
 			refusedDown++
-		case refusedDown > 0:
-			probesDown++
-		default:
+		} else {
 			sentDown++
 		}
 		time.Sleep(5 * time.Millisecond) // pacing, like a trickle of requests

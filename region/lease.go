@@ -133,41 +133,70 @@ func (s *Store) Return(ctx context.Context, items []ReturnItem) (int64, error) {
 	return total, nil
 }
 
-// evalAll sends script once per non-nil keys[i] with EVALSHA in one
-// pipeline, and again with EVAL for the calls that failed with NOSCRIPT
-// (the script did not run: flushed cache, failover). Errors stay in the
-// commands. Calls to a shard whose circuit breaker is open are not sent;
-// their commands carry ErrUnavailable. Every call of the store goes
-// through here, so every call is guarded and counted by its breaker.
+// evalAll runs script once per non-nil keys[i] and waits for the
+// answers: each call is queued for its key's shard (shard.submit), which
+// coalesces concurrent calls into shared pipelines (EVALSHA, then EVAL for
+// NOSCRIPT). Errors stay in the commands: ErrUnavailable (breaker open,
+// not sent), ErrStalled (the shard stopped answering), an overloaded
+// error (shed), or the caller's ctx error when it gave up first — wrapped
+// as overloaded, since the shard was not judged sick; the call may still
+// run. Every call of the store goes through here, so every call is seen
+// by its shard's breaker.
 func (s *Store) evalAll(ctx context.Context, script *redis.Script, keys [][]string, args [][]any) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(keys))
-	adm := s.guard(ctx, keys, cmds)
-	defer adm.report(cmds)
-	// The pipeline's own error is the first command error; each command
-	// carries its own, so it is inspected per command below. (Pipeline
-	// and Exec rather than Pipelined: no closure to allocate per call.)
-	p := s.client.Pipeline()
-	for i := range keys {
-		if adm.sent(i) {
-			cmds[i] = scriptCall(ctx, p, "evalsha", script.Hash(), keys[i], args[i])
+	r := &request{cmds: make([]*redis.Cmd, len(keys))}
+	n := 0
+	for _, k := range keys {
+		if k != nil {
+			n++
 		}
 	}
-	_, _ = p.Exec(ctx)
-	var again []int
-	for i, c := range cmds {
-		if adm.sent(i) && redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
-			again = append(again, i)
-		}
+	if n == 0 {
+		return r.cmds
 	}
-	if len(again) > 0 {
-		p := s.client.Pipeline()
-		for _, i := range again {
-			cmds[i] = scriptCall(ctx, p, "eval", lua.Source(script), keys[i], args[i])
-		}
-		_, _ = p.Exec(ctx)
+	r.done = make(chan struct{})
+	r.pending.Store(int32(n))
+	calls := make([]call, n)
+	type batch struct {
+		sh    *shard
+		calls []*call
 	}
-	s.reloadOnShardFailure(adm, cmds)
-	return cmds
+	var bb [4]batch
+	batches := bb[:0]
+	j := 0
+	for i, k := range keys {
+		if k == nil {
+			continue
+		}
+		c := &calls[j]
+		j++
+		c.req, c.idx, c.script, c.keys, c.args = r, i, script, k, args[i]
+		sh := s.shardOf(ctx, k[0])
+		bi := -1
+		for x := range batches {
+			if batches[x].sh == sh {
+				bi = x
+				break
+			}
+		}
+		if bi < 0 {
+			batches = append(batches, batch{sh: sh})
+			bi = len(batches) - 1
+		}
+		batches[bi].calls = append(batches[bi].calls, c)
+	}
+	for _, b := range batches {
+		b.sh.submit(ctx, b.calls)
+	}
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		err := &overloaded{cause: "the caller stopped waiting before the reply", err: ctx.Err()}
+		for i := range calls {
+			r.finish(&calls[i], failCmd(ctx, err))
+		}
+		<-r.done
+	}
+	return r.cmds
 }
 
 // noRetry marks a script call that go-redis must not send again after a

@@ -23,6 +23,8 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -51,10 +53,25 @@ const (
 	// milliseconds), i.e. how late a deadline's wake-up can be before any
 	// scheduling delay; see CallTimeout.
 	DefaultTimeoutMargin = time.Millisecond
-	// DefaultLeaseTimeout is the deadline of one lease call (Lease,
-	// Return). Refills are asynchronous, so it may be longer than Timeout:
-	// a slow Redis still refills leases while no decision waits for it.
-	DefaultLeaseTimeout = 250 * time.Millisecond
+	// DefaultLeaseTimeout bounds one lease call (Lease, Return) from the
+	// caller's side. Refills are asynchronous and a stalled shard fails
+	// them by the stall rule, so this is only a backstop for a busy node.
+	DefaultLeaseTimeout = time.Second
+	// DefaultMaxWait bounds how long a call may wait for this node to get
+	// it answered by a healthy shard (queued, sent, replies unread) before
+	// it is shed (ErrOverloaded).
+	DefaultMaxWait = time.Second
+	// DefaultStallMax is the most the stall threshold grows to on a shard
+	// whose round trips are slow because the machine is busy.
+	DefaultStallMax = 200 * time.Millisecond
+	// DefaultPipelines is how many pipelines may be in flight to one shard
+	// at once; calls beyond wait and go out together in the next one.
+	DefaultPipelines = 2
+	// DefaultMaxBatch is the most calls one pipeline carries.
+	DefaultMaxBatch = 128
+	// DefaultMaxQueue is the most calls that may wait for one shard; more
+	// are shed at once.
+	DefaultMaxQueue = 16384
 )
 
 // Options configure the connection to the region's Redis.
@@ -73,13 +90,31 @@ type Options struct {
 	// PoolSize is the connection pool size per node; zero means the
 	// go-redis default (10 per GOMAXPROCS).
 	PoolSize int
-	// Timeout is the deadline of every Take and Refund call, dial and
-	// connection-pool wait included; zero means ReadTimeout. Nodes set
-	// CallTimeout(--redis-timeout, --redis-timeout-margin): 4 ms by
-	// default. A caller's earlier deadline wins.
+	// Timeout is the least stall threshold: a shard that holds calls and
+	// sends nothing back for this long (or for three times its highest
+	// recent round trip, up to StallMax, if that is longer), while no
+	// reply waits unread in this node's sockets, is judged stalled; its
+	// calls fail with ErrStalled and its breaker opens. Zero means
+	// ReadTimeout. Nodes set CallTimeout(--redis-timeout,
+	// --redis-timeout-margin): 4 ms by default. It is not a deadline of
+	// each call: a call queued or unread because this node is busy waits
+	// on (up to MaxWait); time the node spends queueing is not the
+	// shard's.
 	Timeout time.Duration
-	// LeaseTimeout is the deadline of every Lease and Return call
-	// (default DefaultLeaseTimeout); a caller's earlier deadline wins.
+	// StallMax caps the stall threshold (default DefaultStallMax).
+	StallMax time.Duration
+	// MaxWait bounds how long a call may wait on a shard judged healthy
+	// (queue wait included) before it is shed with ErrOverloaded (default
+	// DefaultMaxWait); it is also the socket deadline of a pipeline.
+	MaxWait time.Duration
+	// Pipelines, MaxBatch and MaxQueue shape the coalescing of calls per
+	// shard: pipelines in flight at once, calls per pipeline, calls
+	// queued (more are shed). Zero means the Default* constant.
+	Pipelines int
+	MaxBatch  int
+	MaxQueue  int
+	// LeaseTimeout bounds every Lease and Return call (default
+	// DefaultLeaseTimeout); a caller's earlier deadline wins.
 	LeaseTimeout time.Duration
 	// Breaker configures the per-shard circuit breakers (breaker.go).
 	Breaker BreakerOptions
@@ -135,6 +170,22 @@ func (o Options) withDefaults() Options {
 	if o.LeaseTimeout <= 0 {
 		o.LeaseTimeout = DefaultLeaseTimeout
 	}
+	if o.StallMax <= 0 {
+		o.StallMax = DefaultStallMax
+	}
+	if o.MaxWait <= 0 {
+		o.MaxWait = DefaultMaxWait
+	}
+	if o.Pipelines <= 0 {
+		o.Pipelines = DefaultPipelines
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = DefaultMaxBatch
+	}
+	if o.MaxQueue <= 0 {
+		o.MaxQueue = DefaultMaxQueue
+	}
+	o.Breaker = o.Breaker.withDefaults()
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -142,21 +193,28 @@ func (o Options) withDefaults() Options {
 }
 
 // Store runs the bucket scripts on the region's Redis. It is safe for
-// concurrent use.
+// concurrent use. Calls are coalesced per shard (shard.go): concurrent
+// calls bound for one Redis master share round trips.
 type Store struct {
-	client   redis.UniversalClient
-	cluster  bool
-	addr     string // the single server's address (its breaker's name)
-	opts     Options
-	breakers *breakers // nil when disabled
+	client  redis.UniversalClient
+	cluster bool
+	addr    string // the single server's address (its shard's name)
+	opts    Options
+	conns   *conns
+
+	mu     sync.RWMutex
+	shards map[string]*shard
+
+	wg     sync.WaitGroup // pipeline workers and probes
+	done   chan struct{}  // closed by Close: workers exit
+	closed atomic.Bool
+	lag    *schedLag
+	cpu    *cpuPressure
+	stats  struct{ pipelines, calls, stalls, shed atomic.Int64 }
 }
 
-func newStore(c redis.UniversalClient, cluster bool, addr string, opts Options) *Store {
-	s := &Store{client: c, cluster: cluster, addr: addr, opts: opts}
-	if !opts.Breaker.Disabled {
-		s.breakers = newBreakers(opts.Breaker, opts.Logger)
-	}
-	return s
+func newStore(c redis.UniversalClient, cluster bool, addr string, opts Options, cs *conns) *Store {
+	return &Store{client: c, cluster: cluster, addr: addr, opts: opts, conns: cs, shards: map[string]*shard{}, lag: newSchedLag(), cpu: &cpuPressure{read: psiCPU}, done: make(chan struct{})}
 }
 
 // Open connects to the region's Redis. One address is probed with
@@ -168,16 +226,20 @@ func Open(ctx context.Context, addrs []string, opts Options) (*Store, error) {
 		return nil, errors.New("region: open: no Redis address")
 	}
 	opts = opts.withDefaults()
+	cs := &conns{}
+	dial := cs.dialer(opts)
 	cluster := len(addrs) > 1
 	if !cluster {
-		c := redis.NewClient(clientOptions(addrs[0], opts))
+		c := redis.NewClient(clientOptions(addrs[0], opts, dial))
 		enabled, err := clusterEnabled(ctx, c)
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("region: open %s: %w", addrs[0], err)
 		}
 		if !enabled {
-			return newStore(c, false, addrs[0], opts), nil
+			s := newStore(c, false, addrs[0], opts, cs)
+			s.shard(addrs[0], c) // reported by Shards from the start
+			return s, nil
 		}
 		c.Close()
 		cluster = true
@@ -198,8 +260,8 @@ func Open(ctx context.Context, addrs []string, opts Options) (*Store, error) {
 		// Deadlines: see clientOptions.
 		ContextTimeoutEnabled: true,
 		DialerRetries:         1,
-		PoolTimeout:           opts.Timeout,
-		Dialer:                opts.Dialer,
+		PoolTimeout:           opts.MaxWait,
+		Dialer:                dial,
 	})
 	if err := cc.Ping(ctx).Err(); err != nil {
 		cc.Close()
@@ -211,10 +273,15 @@ func Open(ctx context.Context, addrs []string, opts Options) (*Store, error) {
 		cc.Close()
 		return nil, fmt.Errorf("region: open cluster %s: %w", strings.Join(addrs, ","), err)
 	}
-	return newStore(cc, true, "", opts), nil
+	s := newStore(cc, true, "", opts, cs)
+	_ = cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		s.shard(c.Options().Addr, c) // reported by Shards from the start
+		return nil
+	})
+	return s, nil
 }
 
-func clientOptions(addr string, opts Options) *redis.Options {
+func clientOptions(addr string, opts Options, dial func(context.Context, string, string) (net.Conn, error)) *redis.Options {
 	return &redis.Options{
 		Addr:         addr,
 		Username:     opts.Username,
@@ -227,14 +294,16 @@ func clientOptions(addr string, opts Options) *redis.Options {
 		// A script whose reply was lost may have run; retrying could take
 		// twice. The caller sees the error and decides.
 		MaxRetries: -1,
-		// Every call carries a deadline (Timeout or LeaseTimeout) and the
-		// socket, the dial and the pool wait must all obey it: a read
-		// deadline from ctx, one dial attempt (the default retries five
-		// times with 100 ms pauses), and a pool wait no longer than a call.
+		// Every pipeline carries a deadline (MaxWait) and the socket, the
+		// dial and the pool wait must all obey it: a read deadline from
+		// ctx, one dial attempt (the default retries five times with
+		// 100 ms pauses), and a pool wait no longer than a call may wait.
+		// Stalls are judged by the shard (shard.check), not by socket
+		// deadlines, so a busy node does not close healthy connections.
 		ContextTimeoutEnabled: true,
 		DialerRetries:         1,
-		PoolTimeout:           opts.Timeout,
-		Dialer:                opts.Dialer,
+		PoolTimeout:           opts.MaxWait,
+		Dialer:                dial,
 		// Pipelines share the main pool, whose connection Open warmed,
 		// instead of a dedicated pool that dials on the first call.
 		PipelinePoolSize: -1,
@@ -258,16 +327,28 @@ func clusterEnabled(ctx context.Context, c *redis.Client) (bool, error) {
 // *redis.ClusterClient) for packages that need other commands.
 func (s *Store) Client() redis.UniversalClient { return s.client }
 
-// Timeout is the deadline of one Take or Refund call (Options.Timeout,
-// after defaults).
+// Timeout is the least stall threshold (Options.Timeout, after defaults).
 func (s *Store) Timeout() time.Duration { return s.opts.Timeout }
 
 // Cluster reports whether the store talks to a Redis Cluster.
 func (s *Store) Cluster() bool { return s.cluster }
 
-// Close closes all connections.
+// Close stops the shards' timers, closes all connections and waits for
+// the pipelines and probes in flight (they fail at once on the closed
+// client).
 func (s *Store) Close() error {
-	if err := s.client.Close(); err != nil {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.mu.RLock()
+	for _, sh := range s.shards {
+		sh.stop()
+	}
+	s.mu.RUnlock()
+	err := s.client.Close()
+	close(s.done)
+	s.wg.Wait()
+	if err != nil {
 		return fmt.Errorf("region: close: %w", err)
 	}
 	return nil
@@ -282,9 +363,7 @@ func (s *Store) Close() error {
 // are returned, but groups other than the failing one may have been
 // taken: that errs on the side of counting too much.
 func (s *Store) Take(ctx context.Context, groups []algorithm.Group) ([]algorithm.Result, error) {
-	ctx, cancel := deadline(ctx, s.opts.Timeout)
-	defer cancel()
-	cmds, err := s.run(ctx, lua.Check, groups)
+	cmds, err := s.run(ctx, checkScript(groups...), groups)
 	if err != nil {
 		return nil, fmt.Errorf("region: take: %w", err)
 	}
@@ -312,8 +391,6 @@ func (s *Store) Take(ctx context.Context, groups []algorithm.Group) ([]algorithm
 // existing bucket gets its item's cost back (capped at capacity). Pass the
 // groups exactly as they were passed to a Take that allowed them.
 func (s *Store) Refund(ctx context.Context, groups []algorithm.Group) error {
-	ctx, cancel := deadline(ctx, s.opts.Timeout)
-	defer cancel()
 	cmds, err := s.run(ctx, lua.Refund, groups)
 	if err != nil {
 		return fmt.Errorf("region: refund: %w", err)

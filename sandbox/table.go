@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+
+	coordpkg "github.com/allot-dev/allot/coordinator"
 )
 
 // WriteTable prints where everything listens and commands to try it.
@@ -25,7 +27,7 @@ func (sb *Sandbox) WriteTable(w io.Writer) error {
 		}
 		for _, c := range r.coords {
 			if c != nil {
-				fmt.Fprintf(tw, "%s\tcoordinator\t%s (lock %s)\n", r.Name, c.id, lockKey(r.Name))
+				fmt.Fprintf(tw, "%s\tcoordinator\t%s (lock %s)\n", r.Name, c.ID(), coordpkg.LockKey(r.Name))
 			}
 		}
 		r.mu.Unlock()

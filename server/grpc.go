@@ -184,6 +184,9 @@ func grpcError(err error) error {
 		return status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
+	case decide.IsOverloaded(err):
+		// Shed: the node is overloaded, not the store; retry elsewhere.
+		return status.Error(codes.Unavailable, "allot: node overloaded, request shed: "+err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
 }

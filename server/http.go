@@ -183,6 +183,8 @@ func (s *HTTP) httpError(w http.ResponseWriter, r *http.Request, err error, inst
 		// The caller went away; nobody reads the answer.
 	case errors.Is(err, context.DeadlineExceeded):
 		problem.Write(w, problem.Status(http.StatusServiceUnavailable, err.Error()))
+	case decide.IsOverloaded(err):
+		problem.Write(w, problem.Status(http.StatusServiceUnavailable, "node overloaded, request shed: "+err.Error()))
 	default:
 		s.log.ErrorContext(r.Context(), "check failed", "err", err)
 		problem.Write(w, problem.Status(http.StatusInternalServerError, "internal error"))

@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/allot-dev/allot/coord"
+	"github.com/allot-dev/allot/coord/observe"
 	"github.com/allot-dev/allot/rebalance"
 )
 
@@ -56,7 +56,7 @@ func (t *Telemetry) rebalanceInstruments() error {
 
 // ObserveRebalance records one finished coordinator epoch and a span
 // "coord.round" covering it. It is coord.Config.Observe's body.
-func (t *Telemetry) ObserveRebalance(ctx context.Context, r coord.Round) {
+func (t *Telemetry) ObserveRebalance(ctx context.Context, r observe.Round) {
 	if t == nil {
 		return
 	}

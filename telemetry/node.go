@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -19,6 +20,7 @@ const (
 	OutcomeThrottled  = "throttled"
 	OutcomeFailedOpen = "failed_open"
 	OutcomeError      = "error" // bad input or an internal failure: no decision
+	OutcomeShed       = "shed"  // the node was overloaded and shed the check: no decision
 )
 
 // NoPolicy is the policy label of checks no policy applied to (allowed
@@ -46,6 +48,9 @@ func (t *Telemetry) ObserveCheck(ctx context.Context, face string, d *decide.Dec
 		return
 	}
 	policy, out := NoPolicy, OutcomeError
+	if err != nil && decide.IsOverloaded(err) {
+		out = OutcomeShed
+	}
 	if err == nil && d != nil {
 		out = outcome(d.Outcome)
 		if d.PolicyID != "" {
@@ -62,6 +67,7 @@ const (
 	ResultError       = "error"
 	ResultTimeout     = "timeout"     // the call's deadline passed
 	ResultUnavailable = "unavailable" // the shard's breaker is open: not sent
+	ResultShed        = "shed"        // this node shed the call (overloaded), the shard was healthy
 )
 
 // ObserveRedis records one call to the region Redis: op is "take",
@@ -70,18 +76,27 @@ func (t *Telemetry) ObserveRedis(ctx context.Context, op string, err error, elap
 	if t == nil {
 		return
 	}
-	res := ResultOK
+	t.redisCalls.Add(ctx, 1, t.option("op", op, "result", redisResult(err)).add...)
+	t.redisDuration.Record(ctx, elapsed.Seconds(), t.option("op", op, "", "").rec...)
+}
+
+// redisResult classifies a store call's error. A stall
+// (region.ErrStalled) and a socket timeout (go-redis's "i/o timeout", a
+// net.Error) are timeouts like a passed deadline; a call refused by an
+// open breaker is unavailable.
+func redisResult(err error) string {
+	var ne net.Error
 	switch {
 	case err == nil:
+		return ResultOK
+	case decide.IsOverloaded(err):
+		return ResultShed
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return ResultTimeout
 	case errors.Is(err, region.ErrUnavailable):
-		res = ResultUnavailable
-	case errors.Is(err, context.DeadlineExceeded):
-		res = ResultTimeout
-	default:
-		res = ResultError
+		return ResultUnavailable
 	}
-	t.redisCalls.Add(ctx, 1, t.option("op", op, "result", res).add...)
-	t.redisDuration.Record(ctx, elapsed.Seconds(), t.option("op", op, "", "").rec...)
+	return ResultError
 }
 
 // ObserveLeases exposes a lease manager's counters, read from stats at
@@ -118,20 +133,50 @@ func (t *Telemetry) ObserveLeases(stats func() lease.Stats) (func() error, error
 }
 
 // ObserveBreakers exposes allot_breaker_state{shard} (0 closed, 1
-// half-open, 2 open) from shards at every scrape. Shards are the region's
-// Redis masters: bounded by the deployment.
+// half-open, 2 open) and allot_breaker_openings_total{shard} from shards
+// at every scrape. Shards are the region's Redis masters: bounded by the
+// deployment; each is reported for as long as it masters slots, busy or
+// idle.
 func (t *Telemetry) ObserveBreakers(shards func() []region.ShardHealth) (func() error, error) {
-	state, err := t.meter.Int64ObservableGauge("allot_breaker_state",
+	state, e1 := t.meter.Int64ObservableGauge("allot_breaker_state",
 		metric.WithDescription("Circuit breaker of each region Redis shard: 0 closed, 1 half-open, 2 open."))
-	if err != nil {
-		return nil, fmt.Errorf("telemetry: breaker instrument: %w", err)
+	openings, e2 := t.meter.Int64ObservableCounter("allot_breaker_openings",
+		metric.WithDescription("Times the circuit breaker of each region Redis shard opened."))
+	if err := errors.Join(e1, e2); err != nil {
+		return nil, fmt.Errorf("telemetry: breaker instruments: %w", err)
 	}
 	return t.register(func(_ context.Context, o metric.Observer) error {
 		for _, h := range shards() {
-			o.ObserveInt64(state, breakerValue(h.State), t.option("shard", h.Shard, "", "").obs...)
+			opt := t.option("shard", h.Shard, "", "").obs
+			o.ObserveInt64(state, breakerValue(h.State), opt...)
+			o.ObserveInt64(openings, int64(h.Openings), opt...)
 		}
 		return nil
-	}, state)
+	}, state, openings)
+}
+
+// ObserveStore exposes the region store's counters at every scrape:
+// allot_store_round_trips_total (pipelines sent), allot_store_calls_total
+// (script calls in them: calls per round trip is the coalescing),
+// allot_store_stalls_total (shards judged stalled) and
+// allot_store_shed_total (calls shed because this node was overloaded).
+func (t *Telemetry) ObserveStore(stats func() region.StoreStats) (func() error, error) {
+	m := t.meter
+	trips, e1 := m.Int64ObservableCounter("allot_store_round_trips", metric.WithDescription("Pipelines sent to the region Redis (calls to one shard coalesced)."))
+	calls, e2 := m.Int64ObservableCounter("allot_store_calls", metric.WithDescription("Script calls sent to the region Redis."))
+	stalls, e3 := m.Int64ObservableCounter("allot_store_stalls", metric.WithDescription("Times a region Redis shard was judged stalled (calls held, nothing received)."))
+	shed, e4 := m.Int64ObservableCounter("allot_store_shed", metric.WithDescription("Store calls shed because this node was overloaded (the shard was healthy)."))
+	if err := errors.Join(e1, e2, e3, e4); err != nil {
+		return nil, fmt.Errorf("telemetry: store instruments: %w", err)
+	}
+	return t.register(func(_ context.Context, o metric.Observer) error {
+		s := stats()
+		o.ObserveInt64(trips, s.Pipelines)
+		o.ObserveInt64(calls, s.Calls)
+		o.ObserveInt64(stalls, s.Stalls)
+		o.ObserveInt64(shed, s.Shed)
+		return nil
+	}, trips, calls, stalls, shed)
 }
 
 func breakerValue(s region.BreakerState) int64 {

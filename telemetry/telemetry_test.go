@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/allot-dev/allot/coord"
+	"github.com/allot-dev/allot/coord/observe"
 	"github.com/allot-dev/allot/decide"
 	"github.com/allot-dev/allot/rebalance"
 	"github.com/allot-dev/allot/region"
@@ -48,9 +48,9 @@ func TestObserveRebalance(t *testing.T) {
 	tel := newTel(t, telemetry.Config{SpanExporter: exp})
 	start := time.Unix(1000, 0)
 	def := rebalance.Default(2)
-	tel.ObserveRebalance(context.Background(), coord.Round{
+	tel.ObserveRebalance(context.Background(), observe.Round{
 		Start: start, End: start.Add(300 * time.Millisecond),
-		Stats:   coord.Stats{Epoch: 7, Heard: 2, Group: true, Keys: 3, Reported: 2, Written: 1, ReportBytes: 900, Chunks: 1, Compute: time.Millisecond},
+		Stats:   observe.Stats{Epoch: 7, Heard: 2, Group: true, Keys: 3, Reported: 2, Written: 1, ReportBytes: 900, Chunks: 1, Compute: time.Millisecond},
 		Regions: 2, Shares: []rebalance.Share{def / 2, def + def/2},
 	})
 	fams := scrape(t, tel)
@@ -119,7 +119,7 @@ func TestNilTelemetry(t *testing.T) {
 	var tel *telemetry.Telemetry
 	tel.ObserveCheck(context.Background(), "http", nil, errors.New("x"), 0)
 	tel.ObserveRedis(context.Background(), "take", nil, 0)
-	tel.ObserveRebalance(context.Background(), coord.Round{})
+	tel.ObserveRebalance(context.Background(), observe.Round{})
 	assert.False(t, tel.Tracing())
 	assert.NoError(t, tel.Shutdown(context.Background()))
 }

@@ -16,6 +16,10 @@
 //	# a no-op RateLimiterService to compare against (answers ALLOWED; Ctrl-C stops it)
 //	allot-load --noop-listen 127.0.0.1:7081
 //
+//	# the load sweep (docs/benchmarks.md, "Overload sweep"): a redis-server and
+//	# a node process it starts, closed loops of 1 to 256 workers, one table row each
+//	allot-load sweep --node-bin bin/allot-node
+//
 // The run stops after --duration or --max-requests, or on Ctrl-C, and
 // prints its report either way. Every flag can also be set as an
 // ALLOT_LOAD_ environment variable; the command line wins.
@@ -165,6 +169,9 @@ func (o *options) resolve() error {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "sweep" {
+		return runSweep(ctx, args[1:], stdout, stderr)
+	}
 	o, err := parse(args, stderr)
 	if err != nil {
 		return err

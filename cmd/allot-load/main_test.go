@@ -67,3 +67,21 @@ func TestBadFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestBadSweepFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"sweep", "--levels", "0"},
+		{"sweep", "--levels", "1,1"},
+		{"sweep", "--precision", "approximate"},
+		{"sweep", "--keys", "zipf"},
+		{"sweep", "--limits", "tiny"},
+		{"sweep", "--warmup", "0s"},
+		{"sweep", "--node-bin", "/nonexistent/allot-node"},
+		{"sweep", "stray"},
+	} {
+		var out, errOut bytes.Buffer
+		if err := run(context.Background(), args, &out, &errOut); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+}

@@ -63,6 +63,8 @@ func run(args []string) error {
 	leaseLow := fs.Float64("lease-low-watermark", lease.DefaultLowWatermark, "leased policies: refill when this fraction of the last grant is left (higher: fewer waits, more held)")
 	leaseShare := fs.Float64("lease-max-share", lease.DefaultMaxShare, "leased policies: one grant is at most this fraction of the burst (lower: fairer between nodes, more calls)")
 	metricsAddr := fs.String("metrics-addr", "", "listen address of GET /metrics (Prometheus); empty serves /metrics on --http-addr")
+	maxInFlight := fs.Int("max-inflight", node.DefaultMaxInFlight, "most checks decided at once (every face; batch items count one at a time); more are shed at once: UNAVAILABLE (HTTP 503) \"node overloaded\", counted as outcome shed; negative: no bound")
+	pprofOn := fs.Bool("pprof", false, "also serve the Go runtime profiles (/debug/pprof/) on --metrics-addr (required): for measuring a node")
 	otlpEndpoint := fs.String("otlp-endpoint", "", "OTLP/gRPC collector for traces of checks (http://HOST:4317 plaintext, https:// TLS, or HOST:PORT plaintext); empty exports no spans")
 	grpcMaxConns := fs.Int("grpc-max-connections", node.DefaultGRPCMaxConnections, "most gRPC connections served at once (more wait in the accept queue); -1: unlimited")
 	grpcMaxStreams := fs.Uint("grpc-max-streams", node.DefaultGRPCMaxStreams, "most concurrent gRPC calls on one connection")
@@ -126,6 +128,8 @@ func run(args []string) error {
 		Transport:    tr,
 		Telemetry:    tel,
 		MetricsAddr:  *metricsAddr,
+		Pprof:        *pprofOn,
+		MaxInFlight:  *maxInFlight,
 		DrainPeriod:  *drain,
 		GRPCLimits: node.GRPCLimits{
 			MaxConnections:   *grpcMaxConns,

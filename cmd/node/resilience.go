@@ -13,15 +13,20 @@ import (
 // circuit breakers, local fallback sizing, gossip) and returns a function
 // that reads them after parsing.
 func resilienceFlags(fs *flag.FlagSet) func() node.Resilience {
-	timeout := fs.Duration("redis-timeout", region.DefaultTimeout, "time budget of one decision that asks Redis, the decision by the policy's on_store_failure after a Redis timeout included: the exact-path Redis call (dial and pool wait included) and a leased decision's wait for a refill get this less --redis-timeout-margin")
-	margin := fs.Duration("redis-timeout-margin", 0, "part of --redis-timeout kept back from the Redis call, for waking up after its deadline and deciding without Redis; 0 means min(1ms, --redis-timeout/5), negative none; must be less than --redis-timeout")
-	leaseTimeout := fs.Duration("redis-lease-timeout", region.DefaultLeaseTimeout, "deadline of one asynchronous lease refill or return (no decision waits for it beyond --redis-timeout)")
+	timeout := fs.Duration("redis-timeout", region.DefaultTimeout, "time budget of a decision waiting on a Redis shard that has stopped answering, the decision by the policy's on_store_failure included: a shard that holds calls and sends nothing back for this less --redis-timeout-margin (the least stall threshold; more when its recent round trips were slow) is judged stalled, its calls are decided by on_store_failure and its breaker opens. Time this node spends queueing or reading late is not counted against the shard")
+	margin := fs.Duration("redis-timeout-margin", 0, "part of --redis-timeout kept back from the stall threshold, for waking up after it and deciding without Redis; 0 means min(1ms, --redis-timeout/5), negative none; must be less than --redis-timeout")
+	leaseTimeout := fs.Duration("redis-lease-timeout", region.DefaultLeaseTimeout, "longest one asynchronous lease refill or return may take on a healthy but busy shard (a stalled shard fails it sooner)")
+	maxWait := fs.Duration("redis-max-wait", region.DefaultMaxWait, "longest a check may wait for this node to get an answer from a healthy Redis shard (queue included) before it is shed: answered UNAVAILABLE (HTTP 503) \"node overloaded\" and counted in allot_store_shed_total, never decided as a store failure")
+	stallMax := fs.Duration("redis-stall-max", region.DefaultStallMax, "cap of the stall threshold, which grows to 3x a shard's highest recent round trip when the machine is busy")
+	pipelines := fs.Int("redis-pipelines", region.DefaultPipelines, "pipelines in flight per Redis shard; concurrent calls beyond wait and go out together in the next pipeline")
+	maxBatch := fs.Int("redis-max-batch", region.DefaultMaxBatch, "most script calls in one pipeline")
 	window := fs.Duration("breaker-window", region.DefaultBreakerWindow, "circuit breaker: rolling window over which a Redis shard's errors are counted")
 	bucket := fs.Duration("breaker-bucket", region.DefaultBreakerBucket, "circuit breaker: the window rolls in steps of this")
-	ratio := fs.Float64("breaker-failure-ratio", region.DefaultBreakerFailureRatio, "circuit breaker: fraction of failed calls in the window that opens a shard's breaker")
-	minReq := fs.Uint("breaker-min-requests", region.DefaultBreakerMinRequests, "circuit breaker: least calls in the window before the ratio counts")
-	consecutive := fs.Int("breaker-consecutive-failures", region.DefaultBreakerConsecutive, "circuit breaker: this many failed calls in a row also open a shard's breaker (a dead shard under steady traffic would otherwise wait for half a window); negative disables")
-	openFor := fs.Duration("breaker-open-for", region.DefaultBreakerOpenFor, "circuit breaker: how long an open breaker fails calls at once before one probe call (half-open)")
+	ratio := fs.Float64("breaker-failure-ratio", region.DefaultBreakerFailureRatio, "circuit breaker: fraction of failed round trips in the window that opens a shard's breaker")
+	minReq := fs.Uint("breaker-min-requests", region.DefaultBreakerMinRequests, "circuit breaker: least round trips in the window before the ratio counts")
+	consecutive := fs.Int("breaker-consecutive-failures", region.DefaultBreakerConsecutive, "circuit breaker: this many failed round trips in a row (a stall opens it at once) also open a shard's breaker (a dead shard under steady traffic would otherwise wait for half a window); negative disables")
+	openFor := fs.Duration("breaker-open-for", region.DefaultBreakerOpenFor, "circuit breaker: the longest wait between background probes (PING) of an open breaker; each failed probe doubles the wait from --breaker-open-min up to this")
+	openMin := fs.Duration("breaker-open-min", region.DefaultBreakerOpenMin, "circuit breaker: wait before the first probe of a breaker that opened, so a blip costs about this long decided without Redis")
 	gossip := fs.String("gossip-addr", "", "memberlist gossip listen address HOST:PORT (TCP and UDP); empty disables gossip and the local fallback divides limits by --gossip-floor")
 	advertise := fs.String("gossip-advertise", "", "gossip address other nodes reach this one on (default: --gossip-addr's host)")
 	seeds := fs.String("gossip-seeds", "", "comma-separated gossip addresses of other nodes of the region")
@@ -34,9 +39,13 @@ func resilienceFlags(fs *flag.FlagSet) func() node.Resilience {
 			RedisTimeout:       *timeout,
 			RedisTimeoutMargin: *margin,
 			LeaseTimeout:       *leaseTimeout,
+			RedisMaxWait:       *maxWait,
+			RedisStallMax:      *stallMax,
+			RedisPipelines:     *pipelines,
+			RedisMaxBatch:      *maxBatch,
 			Breaker: region.BreakerOptions{
 				Window: *window, Bucket: *bucket, FailureRatio: *ratio,
-				MinRequests: uint32(min(*minReq, 1<<31)), OpenFor: *openFor, Consecutive: *consecutive,
+				MinRequests: uint32(min(*minReq, 1<<31)), OpenFor: *openFor, OpenMin: *openMin, Consecutive: *consecutive,
 			},
 			GossipAddr:          *gossip,
 			GossipAdvertise:     *advertise,

@@ -1,5 +1,6 @@
 -- quota.lua: store the other regions' count of a global quota (a fixed
--- window with scope: global) in this region's bucket.
+-- window with scope: global) in this region's bucket. common.lua
+-- precedes it.
 --
 -- KEYS[1]  the bucket key rl:{<subject>}:<policy>:<limit>
 -- ARGV     window number (floor(time / period)), the other regions'
@@ -11,8 +12,6 @@
 -- reordered write) is ignored. The TTL is only extended, to the end of
 -- the window plus a grace second (check.lua's own TTL for the window).
 -- Returns 1 if the bucket changed, else 0.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local win, used, period_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 if not (win and used and period_ms) or used < 0 or period_ms <= 0 then
   return redis.error_reply('ERR allot: quota.lua wants window, used, period_ms')
@@ -30,9 +29,6 @@ local to_end = (win + 1) * period_ms * 1000 - now
 if to_end <= 0 then
   return 0 -- the window is over here
 end
-redis.call('HSET', KEYS[1], 'fw_rwin', string.format('%.0f', win), 'fw_remote', string.format('%.0f', used))
-local ttl = math.ceil(to_end / 1000) + 1000
-if redis.call('PTTL', KEYS[1]) < ttl then
-  redis.call('PEXPIRE', KEYS[1], ttl)
-end
+redis.call('HSET', KEYS[1], 'fw_rwin', fmt(win), 'fw_remote', fmt(used))
+extend_ttl(KEYS[1], ttl_ms(to_end))
 return 1

@@ -1,4 +1,4 @@
-package main
+package coordinator
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/coord"
+	"github.com/allot-dev/allot/coord/demand"
 	"github.com/allot-dev/allot/policy"
 	"github.com/allot-dev/allot/policystore"
 	"github.com/allot-dev/allot/rebalance"
@@ -24,21 +25,21 @@ func (noWrites) ReadShares(context.Context, []string, coord.Limits) (map[string]
 	return nil, nil
 }
 
-// followStore wires a coordinator to st as start does and watches until
+// followStore wires a coordinator to st as Start does and watches until
 // the test ends. The coordinator is not run: SetKnobs and Knobs do not
 // need it, and its epochs would only add timing to the test.
 func followStore(t *testing.T, st policystore.Store, flags coord.Knobs) *coord.Coordinator {
 	t.Helper()
 	c, err := coord.New(coord.Config{
 		Region: "eu", Regions: []string{"eu", "us"}, Transport: coord.NewHub().Join("eu"),
-		Demand: coord.DrainFunc(func(func(string, int64, int64)) {}), Writer: noWrites{},
+		Demand: demand.DrainFunc(func(func(string, int64, int64)) {}), Writer: noWrites{},
 		Limits: coord.StaticLimits{}, Knobs: flags, Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)
-	fl := &follower{source: st.String(), limits: coord.NewPolicyLimits(nil), coord: c, flags: flags, log: slog.New(slog.DiscardHandler)}
+	fl := &Follower{Source: st.String(), Limits: coord.NewPolicyLimits(nil), Coord: c, Flags: flags, Log: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- st.Watch(ctx, fl.apply) }()
+	go func() { done <- st.Watch(ctx, fl.Apply) }()
 	t.Cleanup(func() {
 		cancel()
 		assert.NoError(t, <-done)
@@ -88,18 +89,18 @@ func TestCoordinatorIgnoresAnInvalidSet(t *testing.T) {
 	flags := coord.DefaultKnobs()
 	c, err := coord.New(coord.Config{
 		Region: "eu", Regions: []string{"eu", "us"}, Transport: coord.NewHub().Join("eu"),
-		Demand: coord.DrainFunc(func(func(string, int64, int64)) {}), Writer: noWrites{},
+		Demand: demand.DrainFunc(func(func(string, int64, int64)) {}), Writer: noWrites{},
 		Limits: coord.StaticLimits{}, Knobs: flags, Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)
 	limits := coord.NewPolicyLimits(nil)
-	fl := &follower{source: "test", limits: limits, coord: c, flags: flags, log: slog.New(slog.DiscardHandler)}
+	fl := &Follower{Source: "test", Limits: limits, Coord: c, Flags: flags, Log: slog.New(slog.DiscardHandler)}
 	global := policy.Policy{ID: "g", Scope: policy.ScopeGlobal, Per: []policy.Field{policy.FieldTenant},
 		Limits: []policy.Limit{{Name: "l", Algorithm: "token_bucket", Limit: 10, Period: policy.Duration(time.Second)}}}
 	key := "rl:{tenant=a}:g:l"
 
 	bad, good := 2.0, 0.6
-	fl.apply(policystore.Snapshot{File: &policy.File{
+	fl.Apply(policystore.Snapshot{File: &policy.File{
 		Rebalance: &policy.RebalanceKnobs{Decay: &bad, Smoothing: &good},
 		Policies:  []policy.Policy{global},
 	}})
@@ -107,7 +108,7 @@ func TestCoordinatorIgnoresAnInvalidSet(t *testing.T) {
 	_, ok := limits.Global(key)
 	assert.False(t, ok, "nor the limits")
 
-	fl.apply(policystore.Snapshot{File: &policy.File{Rebalance: &policy.RebalanceKnobs{Smoothing: &good}, Policies: []policy.Policy{global}}})
+	fl.Apply(policystore.Snapshot{File: &policy.File{Rebalance: &policy.RebalanceKnobs{Smoothing: &good}, Policies: []policy.Policy{global}}})
 	want := flags
 	want.Smoothing = good
 	assert.Equal(t, want, c.Knobs())
@@ -116,7 +117,7 @@ func TestCoordinatorIgnoresAnInvalidSet(t *testing.T) {
 
 	// Valid on its own, but 40m intervals clash with the 1h share TTL
 	// flag it leaves alone: SetKnobs refuses and the knobs stay.
-	fl.apply(policystore.Snapshot{File: &policy.File{Rebalance: &policy.RebalanceKnobs{Interval: policy.Duration(40 * time.Minute)}}})
+	fl.Apply(policystore.Snapshot{File: &policy.File{Rebalance: &policy.RebalanceKnobs{Interval: policy.Duration(40 * time.Minute)}}})
 	assert.Equal(t, want, c.Knobs())
 }
 

@@ -1,0 +1,892 @@
+package coord
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	coordv1 "github.com/allot-dev/allot/proto/coord/v1"
+	"github.com/allot-dev/allot/rebalance"
+)
+
+// Machine is one region's coordinator protocol as a pure state machine, in
+// the style of etcd raft's Node/Ready split: time enters only through
+// Tick(now), everything else (the other regions' messages, the results of
+// the I/O it asked for) only through Step, and everything to do comes out
+// of Ready. It has no goroutine, no clock and no I/O of its own, so a test
+// can drive any number of machines through any schedule in virtual time,
+// and two runs with the same inputs give the same outputs.
+//
+// One epoch (docs/multi-region.md, "The epoch protocol"):
+//
+//	Tick(epoch start)  -> Ready{Drain, Hold}
+//	Step(Drained), Step(LockHeld)
+//	                   -> Ready{ReadCounts}            (global quotas only)
+//	Step(Counted)      -> Ready{Messages: report}
+//	Step(Received)...  until every report or Tick(start + Gather·I)
+//	                   -> Ready{WriteQuotas, WriteShares: shrinks}
+//	Step(SharesWritten), Step(QuotasWritten)
+//	                   -> Ready{Messages: ack}
+//	Step(Received)...  until every ack or Tick(start + 2·Gather·I)
+//	                   -> Ready{Hold}                   (a lost lock must not grow)
+//	Step(LockHeld)     -> Ready{WriteShares: grows}
+//	Step(SharesWritten)-> Ready{Round}
+//
+// A Machine is not safe for concurrent use: one goroutine (the driver,
+// Coordinator.Run, or a test) owns it.
+type Machine struct {
+	cfg   MachineConfig
+	log   *slog.Logger
+	knobs Knobs // for the next epoch
+
+	now     time.Time // of the last Tick
+	ticked  bool
+	next    time.Time // start of the next epoch
+	renewAt time.Time // next lock renewal while active (zero: none)
+
+	active    bool
+	listening bool                                  // first epoch after becoming active: learn, do not act
+	own       map[string]rebalance.Share            // this region's shares in force, when not the default
+	weight    map[string]float64                    // smoothed demand of the keys this region reports
+	unsure    map[string]bool                       // keys whose last write failed: Redis may hold another share
+	last      map[string]map[string]rebalance.Share // region -> key -> its last heard share
+	lastDrain time.Time
+	rounds    map[roundID]*round
+	quota     quotas
+	ran       int64
+	stats     Stats
+
+	ep       *epoch // the epoch under way, nil between epochs
+	renewing bool   // a renewal's LockHeld is awaited between epochs
+	out      Ready  // what the next Ready returns
+
+	// grow is the second phase's rule, KeyPlan.Grow; a test swaps it for
+	// a broken one to show the property test catches it.
+	grow func(kp rebalance.KeyPlan, group bool) rebalance.Share
+}
+
+// MachineConfig is what a Machine is built from.
+type MachineConfig struct {
+	Region  string
+	Regions []string // every region, Region included
+	// Limits is required. Quotas nil means global quotas are not
+	// exchanged (Coordinator passes Limits when it implements Quotas and
+	// a QuotaStore is configured).
+	Limits Limits
+	Quotas Quotas
+	// Knobs are the initial settings; zero means DefaultKnobs.
+	Knobs Knobs
+	// MaxPayload bounds one report chunk's encoded size; zero means 1 MiB.
+	MaxPayload int
+	// LockRenew is how often an active machine asks for its lock to be
+	// renewed while it waits inside an epoch; zero asks only at the epoch's
+	// start and before growing (no lock, or a driver that renews itself).
+	LockRenew time.Duration
+	Logger    *slog.Logger
+}
+
+// Ready is what a Machine asks its driver to do, in this order: publish
+// Messages (best effort, no result), then for each request Step its result
+// back: Drain -> Drained, Hold -> LockHeld, ReadCounts -> Counted,
+// ReadShares -> SharesRead, WriteQuotas -> QuotasWritten, WriteShares ->
+// SharesWritten. Round, when set, is a finished active epoch to observe.
+type Ready struct {
+	Messages []*coordv1.Message
+	// Drain asks for the region's demand since the previous Drain.
+	Drain bool
+	// Hold asks to acquire or renew the region's lock.
+	Hold bool
+	// ReadCounts lists global quota keys whose counts to read.
+	ReadCounts []string
+	// ReadShares asks for the shares in force of ShareKeys (a new active
+	// coordinator's takeover).
+	ReadShares bool
+	ShareKeys  []string
+	// WriteQuotas are remote counts to store.
+	WriteQuotas []RemoteCount
+	// WriteShares are share updates to apply (phase 1 or phase 2).
+	WriteShares []ShareUpdate
+	// Round is set when an active epoch finished; its End and
+	// Stats.Compute are the driver's to fill (the machine has no clock).
+	Round *Round
+}
+
+// Empty reports whether rd asks for nothing.
+func (rd *Ready) Empty() bool {
+	return len(rd.Messages) == 0 && !rd.Drain && !rd.Hold && rd.ReadCounts == nil && !rd.ReadShares &&
+		len(rd.WriteQuotas) == 0 && len(rd.WriteShares) == 0 && rd.Round == nil
+}
+
+// Input is what Step takes: Received, or the result of a Ready request.
+type Input interface{ input() }
+
+// Received is a message from another region (or this region's own, which
+// is ignored).
+type Received struct{ Msg *coordv1.Message }
+
+// Drained is the region's demand since the previous Drain: tokens
+// (admitted plus denied) per key.
+type Drained struct{ Tokens map[string]float64 }
+
+// LockHeld is the result of Hold.
+type LockHeld struct {
+	Held bool
+	Err  error
+}
+
+// Counted is the result of ReadCounts.
+type Counted struct {
+	Counts map[string]QuotaCount
+	Err    error
+}
+
+// SharesRead is the result of ReadShares.
+type SharesRead struct {
+	Shares map[string]rebalance.Share
+	Err    error
+}
+
+// SharesWritten is the result of WriteShares.
+type SharesWritten struct{ Err error }
+
+// QuotasWritten is the result of WriteQuotas.
+type QuotasWritten struct{ Err error }
+
+func (Received) input()      {}
+func (Drained) input()       {}
+func (LockHeld) input()      {}
+func (Counted) input()       {}
+func (SharesRead) input()    {}
+func (SharesWritten) input() {}
+func (QuotasWritten) input() {}
+
+type stage int
+
+const (
+	stageStart   stage = iota // awaiting Drained and LockHeld
+	stageCount                // awaiting Counted
+	stageReports              // gathering the others' reports
+	stageListen               // a new active's first epoch: gathering reports only
+	stageRead                 // awaiting SharesRead
+	stageShrink               // awaiting the phase-1 writes
+	stageAcks                 // gathering acks
+	stageHold                 // awaiting LockHeld before growing
+	stageGrow                 // awaiting the phase-2 writes
+)
+
+// epoch is the state of the epoch under way.
+type epoch struct {
+	id    roundID
+	k     Knobs
+	start time.Time
+	stage stage
+	r     *round
+
+	// Results awaited (a stage moves on once none is).
+	wantDrain, wantHold, wantCount, wantRead, wantShares, wantQuotas bool
+
+	rates   map[string]float64
+	counts  map[string]QuotaCount
+	mine    []entry
+	heard   []string
+	plans   map[string]rebalance.KeyPlan
+	writing []ShareUpdate
+	remote  []RemoteCount
+	ok      bool
+	st      Stats
+}
+
+type roundID struct{ epoch, intervalMS int64 }
+
+// round is what arrived from the other regions for one epoch.
+type round struct {
+	reports map[string]*assembly
+	acks    map[string]*coordv1.Ack
+}
+
+type assembly struct {
+	chunks  uint32
+	got     map[uint32]bool
+	entries []entry
+}
+
+func (a *assembly) complete() bool { return a.chunks > 0 && uint32(len(a.got)) == a.chunks }
+
+// NewMachine checks cfg and returns a Machine, standby until its first
+// LockHeld{Held: true}.
+func NewMachine(cfg MachineConfig) (*Machine, error) {
+	var errs []error
+	if cfg.Region == "" {
+		errs = append(errs, errors.New("no region"))
+	}
+	if !slices.Contains(cfg.Regions, cfg.Region) {
+		errs = append(errs, fmt.Errorf("region %q is not in regions %v", cfg.Region, cfg.Regions))
+	}
+	if cfg.Limits == nil {
+		errs = append(errs, errors.New("limits are required"))
+	}
+	if cfg.Knobs == (Knobs{}) {
+		cfg.Knobs = DefaultKnobs()
+	}
+	if err := cfg.Knobs.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("coord: %w", err)
+	}
+	cfg.Regions = slices.Compact(slices.Sorted(slices.Values(cfg.Regions)))
+	if cfg.MaxPayload <= 0 {
+		cfg.MaxPayload = 1 << 20
+	}
+	m := &Machine{
+		cfg:    cfg,
+		log:    cfg.Logger,
+		knobs:  cfg.Knobs,
+		own:    map[string]rebalance.Share{},
+		weight: map[string]float64{},
+		unsure: map[string]bool{},
+		last:   map[string]map[string]rebalance.Share{},
+		rounds: map[roundID]*round{},
+		quota:  newQuotas(),
+		grow:   rebalance.KeyPlan.Grow,
+	}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	m.log = m.log.With("region", cfg.Region)
+	return m, nil
+}
+
+// SetKnobs replaces the settings; the next epoch uses them.
+func (m *Machine) SetKnobs(k Knobs) error {
+	if err := k.Validate(); err != nil {
+		return fmt.Errorf("coord: knobs: %w", err)
+	}
+	m.knobs = k
+	return nil
+}
+
+// Active reports whether the machine holds its region's lock.
+func (m *Machine) Active() bool { return m.active }
+
+// Stats returns the last active epoch's figures.
+func (m *Machine) Stats() Stats { return m.stats }
+
+// Next is the earliest instant at which Tick has something to do: the
+// next epoch's start, the end of a gather phase, or a lock renewal. The
+// zero time means "tick me now" (before the first Tick).
+func (m *Machine) Next() time.Time {
+	if !m.ticked {
+		return time.Time{}
+	}
+	next := m.next
+	if m.ep != nil {
+		phase := m.ep.phase()
+		switch m.ep.stage {
+		case stageReports, stageListen:
+			next = m.ep.start.Add(phase)
+		case stageAcks:
+			next = m.ep.start.Add(2 * phase)
+		}
+	}
+	if !m.renewAt.IsZero() && m.renewAt.Before(next) {
+		next = m.renewAt
+	}
+	return next
+}
+
+// Ready returns what the driver must do now and forgets it.
+func (m *Machine) Ready() Ready {
+	rd := m.out
+	m.out = Ready{}
+	return rd
+}
+
+// Tick tells the machine the time. Time never goes back for a machine: an
+// earlier now is taken as the last one.
+func (m *Machine) Tick(now time.Time) {
+	if m.ticked && now.Before(m.now) {
+		now = m.now
+	}
+	m.now = now
+	if !m.ticked {
+		m.ticked = true
+		m.lastDrain = now
+		m.next = m.nextStart(now)
+	}
+	if !m.renewAt.IsZero() && !now.Before(m.renewAt) && (m.ep == nil || !m.ep.wantHold) {
+		m.out.Hold = true
+		m.renewAt = now.Add(m.cfg.LockRenew)
+		if m.ep != nil {
+			m.ep.wantHold = true
+		} else {
+			m.renewing = true
+		}
+	}
+	if m.ep == nil && !now.Before(m.next) {
+		m.begin()
+	}
+	m.advance()
+}
+
+// nextStart is the start of the first epoch after t.
+func (m *Machine) nextStart(t time.Time) time.Time {
+	iv := m.knobs.Interval.Nanoseconds()
+	return time.Unix(0, (t.UnixNano()/iv+1)*iv)
+}
+
+func (e *epoch) phase() time.Duration { return time.Duration(float64(e.k.Interval) * e.k.Gather) }
+
+// begin starts the epoch numbered by m.next.
+func (m *Machine) begin() {
+	k := m.knobs
+	iv := k.Interval.Nanoseconds()
+	start := m.next
+	e := &epoch{id: roundID{start.UnixNano() / iv, k.Interval.Milliseconds()}, k: k, start: start, stage: stageStart}
+	e.wantDrain, e.wantHold = true, true
+	m.out.Drain, m.out.Hold = true, true
+	m.renewing = false // this Hold answers for it
+	m.ep = e
+}
+
+// finish ends the epoch under way and schedules the next.
+func (m *Machine) finish() {
+	m.ep = nil
+	m.next = m.nextStart(m.now)
+}
+
+// Step takes one input.
+func (m *Machine) Step(in Input) {
+	e := m.ep
+	switch in := in.(type) {
+	case Received:
+		m.file(in.Msg)
+	case Drained:
+		if e == nil || !e.wantDrain {
+			return
+		}
+		e.wantDrain = false
+		e.rates = m.drain(e.start, in.Tokens)
+	case LockHeld:
+		if in.Err != nil {
+			m.log.Warn("coord: lock", "err", in.Err)
+		}
+		m.elect(in.Held)
+		switch {
+		case e != nil && e.wantHold:
+			e.wantHold = false
+			if !m.active {
+				m.finish() // standby (or just lost the lock): nothing more this epoch
+				return
+			}
+		case m.renewing:
+			m.renewing = false
+		}
+	case Counted:
+		if e == nil || !e.wantCount {
+			return
+		}
+		e.wantCount = false
+		if in.Err != nil {
+			// Not reporting is safe for the others only in the sense of the
+			// lag bound: they keep the last count they heard.
+			m.log.Warn("coord: read quota counts", "err", in.Err)
+		}
+		e.counts = in.Counts
+	case SharesRead:
+		if e == nil || !e.wantRead {
+			return
+		}
+		e.wantRead = false
+		m.takeOver(in)
+		m.finish()
+		return
+	case SharesWritten:
+		if e == nil || !e.wantShares {
+			return
+		}
+		e.wantShares = false
+		ok := m.record(e.writing, in.Err)
+		if e.stage == stageShrink {
+			e.ok = ok
+		}
+		e.writing = nil
+	case QuotasWritten:
+		if e == nil || !e.wantQuotas {
+			return
+		}
+		e.wantQuotas = false
+		m.recordQuotas(e.remote, in.Err)
+		e.remote = nil
+	}
+	m.advance()
+}
+
+// advance moves the epoch under way through every stage it can finish.
+func (m *Machine) advance() {
+	for {
+		e := m.ep
+		if e == nil || e.wantDrain || e.wantHold || e.wantCount || e.wantRead || e.wantShares || e.wantQuotas {
+			return
+		}
+		phase := e.phase()
+		others := len(m.cfg.Regions) - 1
+		switch e.stage {
+		case stageStart:
+			e.r = m.roundOrEmpty(e.id)
+			if m.listening {
+				e.stage = stageListen
+				continue
+			}
+			if keys := m.quotaKeys(e.start, e.k); len(keys) > 0 {
+				e.stage, e.wantCount = stageCount, true
+				m.out.ReadCounts = keys
+				return
+			}
+			e.stage = stageCount
+		case stageCount:
+			m.report(e)
+			e.stage = stageReports
+		case stageReports:
+			if completeReports(e.r) < others && m.now.Before(e.start.Add(phase)) {
+				return
+			}
+			m.shrink(e)
+		case stageShrink:
+			m.out.Messages = append(m.out.Messages, &coordv1.Message{Region: m.cfg.Region, Epoch: e.id.epoch, IntervalMs: e.id.intervalMS,
+				Body: &coordv1.Message_Ack{Ack: &coordv1.Ack{Heard: e.heard, Ok: e.ok}}})
+			e.stage = stageAcks
+		case stageAcks:
+			if !m.acked(e.r, e.heard) && m.now.Before(e.start.Add(2*phase)) {
+				return
+			}
+			e.st.Group = e.ok && len(e.heard) > 1 && m.group(e.r, e.heard)
+			group := e.st.Group
+			e.writing = m.updates(e.plans, func(kp rebalance.KeyPlan) rebalance.Share { return m.grow(kp, group) }, e.k, false)
+			if len(e.writing) == 0 {
+				m.done(e)
+				return
+			}
+			e.stage, e.wantHold = stageHold, true
+			m.out.Hold = true
+		case stageHold:
+			e.stage, e.wantShares = stageGrow, true
+			m.out.WriteShares = e.writing
+			e.st.Written += len(e.writing)
+		case stageGrow:
+			m.done(e)
+			return
+		case stageListen:
+			if completeReports(e.r) < others && m.now.Before(e.start.Add(phase)) {
+				return
+			}
+			m.heard(e.r)
+			keys := map[string]bool{}
+			for _, lm := range m.last {
+				for key := range lm {
+					keys[key] = true
+				}
+			}
+			e.stage, e.wantRead = stageRead, true
+			m.out.ReadShares, m.out.ShareKeys = true, slices.Sorted(maps.Keys(keys))
+			return
+		default:
+			return
+		}
+	}
+}
+
+// report builds and publishes this region's report.
+func (m *Machine) report(e *epoch) {
+	e.st = Stats{Epoch: e.id.epoch}
+	e.mine = m.reportEntries(e.rates, e.k)
+	quotaEntries := m.quotaReport(e.counts, e.k)
+	e.st.Quotas = len(quotaEntries)
+	msgs := encodeReport(m.cfg.Region, e.id.epoch, e.id.intervalMS, append(slices.Clip(e.mine), quotaEntries...), m.cfg.MaxPayload)
+	for _, msg := range msgs {
+		e.st.ReportBytes += proto.Size(msg)
+	}
+	e.st.Reported, e.st.Chunks = len(e.mine), len(msgs)
+	m.out.Messages = append(m.out.Messages, msgs...)
+}
+
+// shrink is phase 1: plan every key, write the shrunk shares and the
+// remote quota counts.
+func (m *Machine) shrink(e *epoch) {
+	e.heard = m.heard(e.r)
+	e.plans = m.plan(e.r, e.mine, e.heard, e.k)
+	// Quota counts need no two phases: they only ever raise what a region
+	// counts against its limit.
+	m.fileQuotas(e.r, e.heard)
+	e.remote = m.quotaUpdates(e.start)
+	e.st.Heard, e.st.Keys = len(e.heard), len(e.plans)
+	e.writing = m.updates(e.plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Shrunk[kp.Self] }, e.k, true)
+	e.st.Written += len(e.writing)
+	e.stage, e.ok = stageShrink, true
+	if len(e.remote) > 0 {
+		e.wantQuotas = true
+		m.out.WriteQuotas = e.remote
+	}
+	if len(e.writing) > 0 {
+		e.wantShares = true
+		m.out.WriteShares = e.writing
+	}
+}
+
+// done finishes an active epoch: stats and the round to observe.
+func (m *Machine) done(e *epoch) {
+	m.ran++
+	e.st.Rounds = m.ran
+	m.stats = e.st
+	shares := make([]rebalance.Share, 0, len(m.own))
+	for _, key := range slices.Sorted(maps.Keys(m.own)) {
+		shares = append(shares, m.own[key])
+	}
+	m.out.Round = &Round{Start: e.start, Stats: e.st, Regions: len(m.cfg.Regions), Shares: shares}
+	m.log.Debug("coord: epoch", "epoch", e.id.epoch, "heard", e.st.Heard, "group", e.st.Group, "keys", e.st.Keys, "written", e.st.Written, "report_bytes", e.st.ReportBytes)
+	m.finish()
+}
+
+// takeOver ends a listening epoch with this region's shares read from
+// Redis.
+func (m *Machine) takeOver(in SharesRead) {
+	if in.Err != nil {
+		m.log.Warn("coord: read shares; listening another epoch", "err", in.Err)
+		return
+	}
+	def := rebalance.Default(len(m.cfg.Regions))
+	for key, s := range in.Shares {
+		if s != def {
+			m.own[key] = s
+		}
+	}
+	m.listening = false
+	m.log.Info("coord: took over", "keys", len(m.own))
+}
+
+// file stores a message in its round. Messages of this region (the
+// standby's own reports are never needed: a new active reads its shares
+// from Redis) and of unknown regions are ignored.
+func (m *Machine) file(msg *coordv1.Message) {
+	from := msg.GetRegion()
+	if from == m.cfg.Region || !slices.Contains(m.cfg.Regions, from) {
+		return
+	}
+	r := m.round(roundID{msg.GetEpoch(), msg.GetIntervalMs()})
+	if r == nil {
+		return
+	}
+	switch b := msg.GetBody().(type) {
+	case *coordv1.Message_Report:
+		a := r.reports[from]
+		if a == nil {
+			a = &assembly{chunks: b.Report.GetChunks(), got: map[uint32]bool{}}
+			r.reports[from] = a
+		}
+		ch := b.Report.GetChunk()
+		if ch >= a.chunks || a.got[ch] || b.Report.GetChunks() != a.chunks {
+			return
+		}
+		a.got[ch] = true
+		a.entries = decodeEntries(b.Report.GetEntries(), a.entries)
+	case *coordv1.Message_Ack:
+		if r.acks[from] == nil { // one ack per region and epoch: a duplicate changes nothing
+			r.acks[from] = b.Ack
+		}
+	}
+}
+
+// round returns the round of id, creating it. Rounds that started more
+// than three of their intervals ago (or start more than two ahead: a
+// skewed or bogus clock) are not kept.
+func (m *Machine) round(id roundID) *round {
+	now := m.now.UnixMilli()
+	stale := func(r roundID) bool {
+		iv := max(r.intervalMS, 1)
+		start := r.epoch * iv
+		return start < now-3*iv || start > now+2*iv
+	}
+	if stale(id) {
+		return nil
+	}
+	for old := range m.rounds {
+		if stale(old) {
+			delete(m.rounds, old)
+		}
+	}
+	r := m.rounds[id]
+	if r == nil {
+		r = &round{reports: map[string]*assembly{}, acks: map[string]*coordv1.Ack{}}
+		m.rounds[id] = r
+	}
+	return r
+}
+
+// roundOrEmpty is round, or an empty round when this epoch runs so late
+// that its messages are no longer kept: it then hears nobody, which is
+// safe.
+func (m *Machine) roundOrEmpty(id roundID) *round {
+	if r := m.round(id); r != nil {
+		return r
+	}
+	return &round{reports: map[string]*assembly{}, acks: map[string]*coordv1.Ack{}}
+}
+
+// elect applies a lock result. Becoming active starts a listening epoch;
+// losing the lock forgets this region's shares (the new active reads them
+// from Redis).
+func (m *Machine) elect(held bool) {
+	switch {
+	case held && !m.active:
+		m.log.Info("coord: active")
+		m.active, m.listening = true, true
+		if m.cfg.LockRenew > 0 {
+			m.renewAt = m.now.Add(m.cfg.LockRenew)
+		}
+	case !held && m.active:
+		m.log.Info("coord: standby")
+		m.active = false
+		m.renewAt = time.Time{}
+		clear(m.own)
+		clear(m.weight)
+		clear(m.unsure)
+		m.quota.reset()
+	}
+}
+
+// drain turns the tokens since the last drain into rates (tokens/s).
+func (m *Machine) drain(now time.Time, tokens map[string]float64) map[string]float64 {
+	secs := now.Sub(m.lastDrain).Seconds()
+	m.lastDrain = now
+	m.noteDemand(slices.Sorted(maps.Keys(tokens)), now)
+	if secs <= 0 {
+		secs = 1e-3
+	}
+	rates := make(map[string]float64, len(tokens))
+	for key, n := range tokens {
+		rates[key] = max(0, n) / secs
+	}
+	return rates
+}
+
+// reportEntries builds this region's report: the heavy hitters (demand of
+// at least HeavyHitter of the key's fair rate) and every key whose share
+// is not the default, so the others keep seeing what this region holds.
+func (m *Machine) reportEntries(rates map[string]float64, k Knobs) []entry {
+	n := float64(len(m.cfg.Regions))
+	var out []entry
+	seen := map[string]bool{}
+	for key, rate := range rates {
+		lim, ok := m.cfg.Limits.Global(key)
+		if !ok || rate < k.HeavyHitter*lim.Rate/n || rate == 0 {
+			continue
+		}
+		seen[key] = true
+		m.weight[key] = rebalance.Smooth(m.weight[key], rate, k.Smoothing)
+		out = append(out, entry{key: key, rate: float32(rate), weight: float32(m.weight[key])})
+	}
+	for key, s := range m.own {
+		if seen[key] {
+			for i := range out {
+				if out[i].key == key {
+					out[i].share = s
+				}
+			}
+			continue
+		}
+		if _, ok := m.cfg.Limits.Global(key); !ok {
+			delete(m.own, key) // its policy is gone or no longer global
+			continue
+		}
+		seen[key] = true
+		m.weight[key] = rebalance.Smooth(m.weight[key], rates[key], k.Smoothing)
+		out = append(out, entry{key: key, rate: float32(rates[key]), weight: float32(m.weight[key]), share: s})
+	}
+	for key := range m.weight {
+		if !seen[key] {
+			delete(m.weight, key)
+		}
+	}
+	slices.SortFunc(out, func(a, b entry) int { return strings.Compare(a.key, b.key) })
+	return out
+}
+
+// heard returns the sorted names of the regions whose complete reports of
+// round r arrived (self always) and remembers their shares.
+func (m *Machine) heard(r *round) []string {
+	out := []string{m.cfg.Region}
+	for name, a := range r.reports {
+		if !a.complete() {
+			continue
+		}
+		out = append(out, name)
+		s := make(map[string]rebalance.Share, len(a.entries))
+		for _, e := range a.entries {
+			if e.share != 0 {
+				s[e.key] = e.share
+			}
+		}
+		m.last[name] = s
+	}
+	slices.Sort(out)
+	return out
+}
+
+func completeReports(r *round) int {
+	n := 0
+	for _, a := range r.reports {
+		if a.complete() {
+			n++
+		}
+	}
+	return n
+}
+
+// plan runs rebalance.Plan for every key of the heard reports. Every
+// region's inputs are taken exactly as they travel (float32 demand), so
+// regions with the same heard set compute bit-identical plans.
+func (m *Machine) plan(r *round, mine []entry, heard []string, k Knobs) map[string]rebalance.KeyPlan {
+	n := len(m.cfg.Regions)
+	def := rebalance.Default(n)
+	byRegion := map[string]map[string]entry{m.cfg.Region: index(mine)}
+	keys := map[string]bool{}
+	for _, e := range mine {
+		keys[e.key] = true
+	}
+	for _, name := range heard {
+		if a := r.reports[name]; a != nil && name != m.cfg.Region {
+			byRegion[name] = index(a.entries)
+			for _, e := range a.entries {
+				if e.window == 0 { // quota counts are not shared
+					keys[e.key] = true
+				}
+			}
+		}
+	}
+	params := rebalance.Params{Floor: k.Floor, Decay: k.Decay, Headroom: k.Headroom}
+	plans := make(map[string]rebalance.KeyPlan, len(keys))
+	regions := make([]rebalance.Region, n)
+	for key := range keys {
+		lim, ok := m.cfg.Limits.Global(key)
+		if !ok {
+			continue
+		}
+		for i, name := range m.cfg.Regions {
+			reg := rebalance.Region{Name: name, Share: def}
+			if em, ok := byRegion[name]; ok {
+				reg.Heard = true
+				if e, ok := em[key]; ok {
+					reg.Demand = rebalance.Demand{Rate: float64(e.rate), Weight: float64(e.weight)}
+					if e.share != 0 {
+						reg.Share = e.share
+					}
+				}
+			} else if s, ok := m.last[name][key]; ok {
+				reg.Share = s
+			}
+			regions[i] = reg
+		}
+		plans[key] = rebalance.Plan(m.cfg.Region, regions, lim.Rate, params)
+	}
+	return plans
+}
+
+func index(es []entry) map[string]entry {
+	m := make(map[string]entry, len(es))
+	for _, e := range es {
+		m[e.key] = e
+	}
+	return m
+}
+
+// updates lists the keys whose share pick(plan) differs from the one in
+// force, sorted by key. With refresh it also lists the unchanged shares
+// that are not the default: rewriting them every epoch re-creates a
+// bucket that expired while idle (its share would otherwise fall back to
+// the default, which may be more than this region holds) and renews TTLs;
+// so are the keys whose last write failed, the default included (the
+// bucket may hold less than what is recorded, until it is rewritten).
+func (m *Machine) updates(plans map[string]rebalance.KeyPlan, pick func(rebalance.KeyPlan) rebalance.Share, k Knobs, refresh bool) []ShareUpdate {
+	def := rebalance.Default(len(m.cfg.Regions))
+	var out []ShareUpdate
+	for key, kp := range plans {
+		if kp.Self < 0 {
+			continue
+		}
+		s := pick(kp)
+		cur, ok := m.own[key]
+		if !ok {
+			cur = def
+		}
+		if s == cur && (!refresh || (!ok && !m.unsure[key])) {
+			continue
+		}
+		lim, _ := m.cfg.Limits.Global(key)
+		old := Limit{Rate: cur.Of(lim.Rate), Burst: cur.Of(lim.Burst)}
+		out = append(out, ShareUpdate{Key: key, Share: s, Global: lim, Old: old, TTL: k.ShareTTL})
+	}
+	slices.SortFunc(out, func(a, b ShareUpdate) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// record notes the outcome of writing us. On failure some writes may have
+// landed: each key is then recorded at the larger of its old and new
+// share, so what this region reports never under-states what it may
+// enforce. It reports whether the writes succeeded.
+func (m *Machine) record(us []ShareUpdate, err error) bool {
+	if err != nil {
+		m.log.Warn("coord: write shares", "n", len(us), "err", err)
+	}
+	def := rebalance.Default(len(m.cfg.Regions))
+	for _, u := range us {
+		if err != nil {
+			m.unsure[u.Key] = true
+		} else {
+			delete(m.unsure, u.Key)
+		}
+		cur, ok := m.own[u.Key]
+		if !ok {
+			cur = def
+		}
+		if err != nil && u.Share < cur {
+			continue
+		}
+		if u.Share == def {
+			delete(m.own, u.Key)
+		} else {
+			m.own[u.Key] = u.Share
+		}
+	}
+	return err == nil
+}
+
+// acked reports whether every heard region's ack of round r arrived.
+func (m *Machine) acked(r *round, heard []string) bool {
+	for _, name := range heard {
+		if name != m.cfg.Region && r.acks[name] == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// group reports whether every heard region acknowledged, successfully, a
+// plan made from exactly the same heard set.
+func (m *Machine) group(r *round, heard []string) bool {
+	for _, name := range heard {
+		if name == m.cfg.Region {
+			continue
+		}
+		a := r.acks[name]
+		if a == nil || !a.GetOk() || !slices.Equal(a.GetHeard(), heard) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,156 @@
+package sweep
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/allot-dev/allot/internal/redistest"
+)
+
+// buildBinaries builds allot-node and allot-load into a temporary
+// directory with the go command that runs the test.
+func buildBinaries(t *testing.T) (node, load string) {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go command on PATH to build allot-node and allot-load with: %v", err)
+	}
+	dir := t.TempDir()
+	node, load = filepath.Join(dir, "allot-node"), filepath.Join(dir, "allot-load")
+	for bin, pkg := range map[string]string{node: "github.com/allot-dev/allot/cmd/node", load: "github.com/allot-dev/allot/cmd/allot-load"} {
+		out, err := exec.CommandContext(t.Context(), goBin, "build", "-o", bin, pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	return node, load
+}
+
+// refused waits (bounded) until nothing listens on addr any more.
+func refused(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still accepts connections after the sweep returned", addr)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a port the sweep's children held
+	}
+}
+
+// A tiny sweep with the real binaries: the no-op baseline, the exact
+// baseline and one level of one case, each a process of its own on a
+// real redis-server; then a sweep cancelled mid-row. Both leave nothing
+// listening.
+func TestSweepRunsRealProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds allot-node and allot-load and runs them")
+	}
+	redistest.Require(t)
+	nodeBin, loadBin := buildBinaries(t)
+	var table bytes.Buffer
+	rows, err := Run(t.Context(), Config{
+		NodeBin: nodeBin, LoadBin: loadBin, Baseline: 2, Levels: []int{4},
+		Cases:  []Case{{Precision: "exact", Keys: HotKey, Limit: RealLimit}},
+		Warmup: 100 * time.Millisecond, Measure: 400 * time.Millisecond, Rows: &table, Dir: t.TempDir(),
+	})
+	t.Log("\n" + table.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 3 || rows[0].Server != "no-op" || rows[1].Server != "node" || rows[1].Case.Precision != "exact" ||
+		rows[1].Concurrency != 2 || rows[2].Case.Keys.Name != "hot" || rows[2].Concurrency != 4 {
+		t.Fatalf("rows %+v, want the no-op and exact baselines at 2, then exact/hot/real at 4", rows)
+	}
+	if n := strings.Count(table.String(), "\n"); n != 5 {
+		t.Errorf("table has %d lines, want header, rule and 3 rows", n)
+	}
+	for _, r := range rows {
+		if r.Sent == 0 || r.Decisions <= 0 || r.P50 <= 0 || r.P99 < r.P50 {
+			t.Errorf("%s %s: sent %d, %v/s, p50 %v p99 %v", r.Server, r.Case, r.Sent, r.Decisions, r.P50, r.P99)
+		}
+		refused(t, r.Addr)
+	}
+	if rows[0].HasRedis || rows[0].Admitted != rows[0].Sent {
+		t.Errorf("no-op row %+v: want every call allowed and no Redis figures", rows[0])
+	}
+	for _, r := range rows[1:] {
+		// Every decision of an exact policy on a fresh node asks Redis.
+		if !r.HasRedis || r.Redis.ScriptCalls <= 0 || r.BreakerOpenings < 0 {
+			t.Errorf("%s: redis %+v, breaker openings %d: want script calls and a breaker gauge", r.Case, r.Redis, r.BreakerOpenings)
+		}
+	}
+	hot := rows[2]
+	if hot.Ideal <= 0 || hot.Admitted > hot.Sent {
+		t.Errorf("hot row: admitted %d of %d, ideal %d", hot.Admitted, hot.Sent, hot.Ideal)
+	}
+	if rows[1].Ideal != -1 {
+		t.Errorf("huge limit compared with an ideal (%d)", rows[1].Ideal)
+	}
+
+	// Cancelled mid-row (a 30 s row): Run returns with the context's
+	// error and stops the node.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	started := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { // owned: ends when Run returns, which the test waits for
+		_, err := Run(ctx, Config{
+			NodeBin: nodeBin, Levels: []int{2}, Cases: []Case{{Precision: "leased", Keys: Uniform10k, Limit: HugeLimit}},
+			Warmup: 100 * time.Millisecond, Measure: 30 * time.Second, Dir: t.TempDir(),
+			Logger: slog.New(rowHandler{started}),
+		})
+		done <- err
+	}()
+	var addr string
+	select {
+	case addr = <-started:
+	case err := <-done:
+		t.Fatalf("the sweep ended before its row started: %v", err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled sweep returned %v, want context.Canceled", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("cancelled sweep still running after 20 s")
+	}
+	refused(t, addr)
+}
+
+// rowHandler passes the node address of the first "row" record on.
+type rowHandler struct{ rows chan<- string }
+
+func (h rowHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h rowHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h rowHandler) WithGroup(string) slog.Handler            { return h }
+func (h rowHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "row" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "node" {
+			select {
+			case h.rows <- a.Value.String():
+			default:
+			}
+		}
+		return true
+	})
+	return nil
+}

@@ -1,0 +1,145 @@
+package region
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+func testBreaker() *breaker {
+	return newBreaker(BreakerOptions{Window: 10 * time.Second, Bucket: time.Second, FailureRatio: 0.5,
+		MinRequests: 20, OpenFor: 5 * time.Second, OpenMin: 50 * time.Millisecond, Consecutive: 10}.withDefaults())
+}
+
+// A stall is one event, and it opens the breaker at once, however many
+// calls it held: the breaker counts round trips, not calls.
+func TestBreakerStallOpensAtOnce(t *testing.T) {
+	b := testBreaker()
+	for i := range 100 {
+		b.success(t0.Add(time.Duration(i) * time.Millisecond))
+	}
+	require.True(t, b.stall(t0.Add(time.Second)))
+	assert.Equal(t, BreakerOpen, b.state)
+	assert.False(t, b.allow())
+	assert.Equal(t, uint64(1), b.openings)
+	assert.False(t, b.stall(t0.Add(time.Second)), "already open: a second stall is not a second opening")
+	assert.Equal(t, uint64(1), b.openings)
+}
+
+func TestBreakerConsecutiveAndRatio(t *testing.T) {
+	b := testBreaker()
+	for i := range 100 {
+		b.success(t0.Add(time.Duration(i) * time.Millisecond))
+	}
+	for i := range 9 {
+		require.False(t, b.failure(t0.Add(time.Second+time.Duration(i)*time.Millisecond)), "failure %d", i+1)
+	}
+	b.success(t0.Add(1100 * time.Millisecond))
+	for i := range 9 {
+		require.False(t, b.failure(t0.Add(1200*time.Millisecond+time.Duration(i)*time.Millisecond)), "a success reset the run")
+	}
+	require.True(t, b.failure(t0.Add(1300*time.Millisecond)), "10 in a row")
+
+	// Ratio: 20 round trips with 10 failed, not in a row.
+	b = testBreaker()
+	opened := false
+	for i := range 20 {
+		now := t0.Add(time.Duration(i) * time.Millisecond)
+		if i%2 == 0 {
+			b.success(now)
+		} else {
+			opened = b.failure(now)
+		}
+	}
+	assert.True(t, opened, "50 %% of 20")
+}
+
+// Old buckets leave the window: failures 11 s ago do not count.
+func TestBreakerWindowRolls(t *testing.T) {
+	b := testBreaker()
+	for i := range 9 {
+		b.failure(t0.Add(time.Duration(i) * time.Millisecond))
+	}
+	b.success(t0.Add(10 * time.Millisecond))
+	b.roll(t0.Add(11 * time.Second))
+	r, f := b.counts()
+	assert.Equal(t, uint32(0), r)
+	assert.Equal(t, uint32(0), f)
+}
+
+// Probes back off: OpenMin, then doubling up to OpenFor; a success closes.
+// A breaker that reopens within a window of closing continues the
+// backoff; one that stayed closed a window starts again from OpenMin.
+func TestBreakerProbeBackoff(t *testing.T) {
+	b := testBreaker()
+	now := t0
+	b.stall(now)
+	assert.False(t, b.probeDue(now.Add(49*time.Millisecond)))
+	var waits []time.Duration
+	for range 9 {
+		at := b.nextProbe()
+		waits = append(waits, at.Sub(now))
+		now = at
+		require.True(t, b.probeDue(now))
+		assert.Equal(t, BreakerHalfOpen, b.state)
+		assert.False(t, b.allow(), "half-open: requests are still refused (the probe is a PING)")
+		b.probed(now, false)
+	}
+	ms := time.Millisecond
+	assert.Equal(t, []time.Duration{50 * ms, 100 * ms, 200 * ms, 400 * ms, 800 * ms, 1600 * ms, 3200 * ms, 5000 * ms, 5000 * ms}, waits)
+	assert.Equal(t, uint64(9), b.probeFailures)
+
+	now = b.nextProbe()
+	require.True(t, b.probeDue(now))
+	b.probed(now, true)
+	assert.Equal(t, BreakerClosed, b.state)
+	assert.True(t, b.allow())
+
+	// Reopened 1 s after closing: the next wait continues from 5 s.
+	b.stall(now.Add(time.Second))
+	assert.Equal(t, 5*time.Second, b.nextProbe().Sub(now.Add(time.Second)))
+	at := b.nextProbe()
+	b.probeDue(at)
+	b.probed(at, true)
+	// Closed for a whole window: back to OpenMin.
+	later := at.Add(11 * time.Second)
+	b.stall(later)
+	assert.Equal(t, 50*time.Millisecond, b.nextProbe().Sub(later))
+	assert.Equal(t, uint64(3), b.openings)
+}
+
+// Outcomes of calls sent before the breaker opened do not move it.
+func TestBreakerIgnoresLateOutcomesWhileOpen(t *testing.T) {
+	b := testBreaker()
+	b.stall(t0)
+	b.success(t0.Add(time.Millisecond))
+	assert.Equal(t, BreakerOpen, b.state)
+	assert.False(t, b.failure(t0.Add(2*time.Millisecond)))
+	assert.Equal(t, uint64(1), b.openings)
+}
+
+// The runtime's scheduling-latency histogram is readable, and a wait for
+// a CPU longer than any goroutine has had is not reported.
+func TestSchedLagReadsTheRuntime(t *testing.T) {
+	l := newSchedLag()
+	l.recent(time.Now(), time.Hour, time.Second) // the history so far
+	assert.False(t, l.recent(time.Now(), time.Hour, time.Second))
+	assert.NotEmpty(t, l.prev, "the runtime reports %s", schedLatencies)
+}
+
+func TestParsePSI(t *testing.T) {
+	v, ok := parsePSI("some avg10=96.26 avg60=95.16 avg300=87.60 total=1781600371\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+	require.True(t, ok)
+	assert.InDelta(t, 96.26, v, 1e-9)
+	_, ok = parsePSI("full avg10=1.00\n")
+	assert.False(t, ok)
+	p := &cpuPressure{read: func() (float64, bool) { return 12, true }}
+	assert.True(t, p.contended(t0))
+	p.read = func() (float64, bool) { return 1, true }
+	assert.True(t, p.contended(t0.Add(50*time.Millisecond)), "read at most every 100 ms")
+	assert.False(t, p.contended(t0.Add(150*time.Millisecond)))
+}

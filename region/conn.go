@@ -1,0 +1,154 @@
+package region
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// progress is what this node has received from one Redis address, across
+// all its connections: when bytes last arrived, and the connections, to
+// ask the kernel whether received bytes wait unread. It lets the stall
+// judgement tell a shard that stopped answering from a node too busy to
+// read the answers (shard.check).
+type progress struct {
+	lastRead atomic.Int64 // unix nanoseconds
+	mu       sync.Mutex
+	conns    map[*trackedConn]struct{}
+}
+
+// pending reports whether some connection to the address has received
+// bytes this process has not read yet.
+func (p *progress) pending() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		if c.raw != nil && unreadBytes(c.raw) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// conns tracks the connections of every address a store dials.
+type conns struct {
+	mu sync.Mutex
+	m  map[string]*progress
+}
+
+func (cs *conns) of(addr string) *progress {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.m == nil {
+		cs.m = map[string]*progress{}
+	}
+	p := cs.m[addr]
+	if p == nil {
+		p = &progress{conns: map[*trackedConn]struct{}{}}
+		cs.m[addr] = p
+	}
+	return p
+}
+
+// dialer wraps the connections go-redis opens so that reads are seen by
+// the address's progress. With no Dialer in opts it dials TCP (and TLS
+// over it when opts.TLSConfig is set, as go-redis's own dialer would);
+// a given Dialer is used as is (it does its own TLS).
+func (cs *conns) dialer(opts Options) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	base := opts.Dialer
+	var tlsConf *tls.Config
+	if base == nil {
+		d := &net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 5 * time.Minute}
+		base = d.DialContext
+		tlsConf = opts.TLSConfig
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := base(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		prog := cs.of(addr)
+		t := &trackedConn{Conn: c, prog: prog}
+		if sc, ok := c.(syscall.Conn); ok {
+			if raw, err := sc.SyscallConn(); err == nil {
+				t.raw = raw
+			}
+		}
+		prog.mu.Lock()
+		prog.conns[t] = struct{}{}
+		prog.mu.Unlock()
+		var out net.Conn = t
+		if t.raw != nil {
+			out = &trackedSysConn{t}
+		}
+		if tlsConf != nil {
+			conf := tlsConf.Clone()
+			if conf.ServerName == "" {
+				host, _, _ := net.SplitHostPort(addr)
+				conf.ServerName = host
+			}
+			tc := tls.Client(out, conf)
+			if err := tc.HandshakeContext(ctx); err != nil {
+				_ = tc.Close()
+				return nil, fmt.Errorf("tls handshake with %s: %w", addr, err)
+			}
+			return tc, nil
+		}
+		return out, nil
+	}
+}
+
+// trackedConn is a connection whose reads mark its address's progress.
+type trackedConn struct {
+	net.Conn
+	raw  syscall.RawConn // of the socket, nil if it has none
+	prog *progress
+	once sync.Once
+}
+
+func (c *trackedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.prog.lastRead.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.prog.mu.Lock()
+		delete(c.prog.conns, c)
+		c.prog.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// trackedSysConn also exposes the socket, so that go-redis's health check
+// of pooled connections (a non-blocking peek) keeps working.
+type trackedSysConn struct{ *trackedConn }
+
+func (c *trackedSysConn) SyscallConn() (syscall.RawConn, error) { return c.raw, nil }
+
+// parsePSI reads the avg10 of the "some" line of a PSI file.
+func parsePSI(s string) (float64, bool) {
+	for line := range strings.SplitSeq(s, "\n") {
+		rest, ok := strings.CutPrefix(line, "some ")
+		if !ok {
+			continue
+		}
+		for f := range strings.FieldsSeq(rest) {
+			if v, ok := strings.CutPrefix(f, "avg10="); ok {
+				x, err := strconv.ParseFloat(v, 64)
+				return x, err == nil
+			}
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,570 @@
+package region
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/allot-dev/allot/lua"
+)
+
+// ErrStalled is returned (wrapped) for calls a shard held without
+// answering: it received calls and sent nothing back for the stall
+// threshold. It wraps context.DeadlineExceeded, not ErrUnavailable: the
+// calls were sent and may still run (their replies were not waited for).
+var ErrStalled = fmt.Errorf("region: redis shard stalled (no reply within the stall threshold): %w", context.DeadlineExceeded)
+
+// overloaded is the error of calls this node shed: the shard was healthy
+// but the node could not get the call answered within its bounds (queue
+// full, or waiting longer than Options.MaxWait). It is not a store
+// failure: callers answer it as overload (shed), not by on_store_failure.
+type overloaded struct {
+	cause string
+	err   error // what ended the wait, if anything (the caller's ctx)
+}
+
+func (e *overloaded) Error() string {
+	if e.err != nil {
+		return "region: node overloaded, call shed: " + e.cause + ": " + e.err.Error()
+	}
+	return "region: node overloaded, call shed: " + e.cause
+}
+
+func (e *overloaded) Unwrap() error { return e.err }
+
+// Overloaded marks the error for decide.IsOverloaded.
+func (e *overloaded) Overloaded() bool { return true }
+
+// ErrOverloaded is the error of every shed call (errors.Is matches any
+// shed call's error).
+var ErrOverloaded error = &overloaded{cause: "queue full or waited too long"}
+
+func (e *overloaded) Is(target error) bool { _, ok := target.(*overloaded); return ok }
+
+// call is one script call of a request, queued for a shard.
+type call struct {
+	req    *request
+	idx    int // its command's index in req.cmds
+	script *redis.Script
+	keys   []string
+	args   []any
+	enq    time.Time // when it was queued
+	state  atomic.Uint32
+}
+
+const (
+	callPending uint32 = iota
+	callDone
+)
+
+// request is the calls of one Store method invocation, answered when
+// every call is done (answered, failed or given up on).
+type request struct {
+	cmds    []*redis.Cmd
+	pending atomic.Int32
+	done    chan struct{}
+}
+
+// finish settles c with cmd, unless it is settled already: exactly one
+// party (the pipeline that sent it, the stall judgement, or the waiter
+// giving up) settles each call, and the last one releases the waiter.
+func (r *request) finish(c *call, cmd *redis.Cmd) {
+	if !c.state.CompareAndSwap(callPending, callDone) {
+		return
+	}
+	r.cmds[c.idx] = cmd
+	if r.pending.Add(-1) == 0 {
+		close(r.done)
+	}
+}
+
+func failCmd(ctx context.Context, err error) *redis.Cmd {
+	c := redis.NewCmd(ctx)
+	c.SetErr(err)
+	return c
+}
+
+// pipe is one pipeline sent to a shard.
+type pipe struct {
+	calls []*call
+	// sent is when its goroutine began sending it (zero before): time
+	// before that is this node's (a goroutine waiting for a CPU), never
+	// the shard's.
+	sent      time.Time
+	abandoned bool // its calls were settled by a stall; its outcome is ignored
+}
+
+// shard is one Redis master as this store sees it: its breaker, the
+// calls queued for it, the pipelines in flight, and the evidence that it
+// is making progress. Calls are coalesced: while Options.Pipelines
+// pipelines are in flight, new calls queue and go out together in the
+// next pipeline (at most Options.MaxBatch calls), so a busy node sends
+// fewer, larger round trips, and an idle one sends each call at once.
+type shard struct {
+	s    *Store
+	addr string
+	prog *progress // bytes received on this address's connections
+
+	mu       sync.Mutex
+	client   *redis.Client // for probes (nil: the store's client)
+	brk      *breaker      // nil when breakers are disabled
+	queue    []*call
+	inflight []*pipe    // in send order
+	work     chan *pipe // hands a pipeline to an idle worker
+	watch    *time.Timer
+	watchDue time.Time
+	armed    bool
+	lagged   bool // the last check woke late and deferred judgement
+	probeT   *time.Timer
+	rttHigh  time.Duration // highest recent round trip, halving every second
+	rttAt    time.Time
+	lastUse  time.Time
+}
+
+// threshold is how long the shard may hold calls without sending anything
+// back before it counts as stalled: three times its highest recent round
+// trip, within [Options.Timeout, Options.StallMax]. A shard that is slow
+// because this node (or the machine) is busy has shown slow round trips
+// already, and gets more time; an idle healthy shard answers in well
+// under Options.Timeout.
+func (sh *shard) threshold(now time.Time) time.Duration {
+	return min(max(stallFactor*sh.recentHigh(now), sh.s.opts.Timeout), max(sh.s.opts.StallMax, sh.s.opts.Timeout))
+}
+
+// stallFactor and rttHalfLife shape the stall threshold: a multiple of
+// the highest round trip of the last several seconds. On busy shared
+// cores the tail of healthy round trips is long (Redis itself waits for
+// a CPU), and a threshold near it would fail healthy calls.
+const (
+	stallFactor = 4
+	rttHalfLife = 4 * time.Second
+)
+
+// recentHigh is the highest round trip seen, halved for every
+// rttHalfLife since.
+func (sh *shard) recentHigh(now time.Time) time.Duration {
+	h := sh.rttHigh
+	if el := now.Sub(sh.rttAt); el > 0 {
+		h >>= min(int(el/rttHalfLife), 62)
+	}
+	return h
+}
+
+func (sh *shard) observeRTT(now time.Time, rtt time.Duration) {
+	if rtt > sh.recentHigh(now) {
+		sh.rttHigh, sh.rttAt = rtt, now
+	}
+}
+
+// submit queues calls (all for this shard) and sends them if a pipeline
+// slot is free. It fails them at once (settling each) when the breaker is
+// open or the queue is full.
+func (sh *shard) submit(ctx context.Context, calls []*call) {
+	now := time.Now()
+	sh.mu.Lock()
+	sh.lastUse = now
+	var err error
+	switch {
+	case sh.s.closed.Load():
+		err = redis.ErrClosed
+	case sh.brk != nil && !sh.brk.allow():
+		err = fmt.Errorf("%w: %s: breaker %s", ErrUnavailable, sh.addr, sh.brk.state)
+	case len(sh.queue)+len(calls) > sh.s.opts.MaxQueue:
+		sh.s.stats.shed.Add(int64(len(calls)))
+		err = &overloaded{cause: fmt.Sprintf("%d calls already queued for %s", len(sh.queue), sh.addr)}
+	}
+	if err != nil {
+		sh.mu.Unlock()
+		for _, c := range calls {
+			c.req.finish(c, failCmd(ctx, err))
+		}
+		return
+	}
+	for _, c := range calls {
+		c.enq = now
+	}
+	sh.queue = append(sh.queue, calls...)
+	sh.kick(now)
+	sh.arm(now)
+	sh.mu.Unlock()
+}
+
+// kick sends queued calls while pipeline slots are free. Called with mu
+// held.
+func (sh *shard) kick(now time.Time) {
+	for len(sh.queue) > 0 && len(sh.inflight) < sh.s.opts.Pipelines {
+		n := min(len(sh.queue), sh.s.opts.MaxBatch)
+		batch := make([]*call, n)
+		copy(batch, sh.queue)
+		clear(sh.queue[:n])
+		sh.queue = sh.queue[n:]
+		if len(sh.queue) == 0 {
+			sh.queue = nil
+		}
+		p := &pipe{calls: batch}
+		sh.inflight = append(sh.inflight, p)
+		select {
+		case sh.work <- p: // an idle worker takes it
+		default:
+			sh.s.wg.Add(1)
+			go sh.worker(p)
+		}
+	}
+}
+
+// worker sends p, then waits for the next pipeline of the shard until the
+// store closes. Workers are reused rather than started per pipeline (a
+// new goroutine grows its stack through go-redis's call depth every
+// time); there are as many as pipelines were ever in flight at once, and
+// an idle one costs no CPU.
+func (sh *shard) worker(p *pipe) {
+	defer sh.s.wg.Done()
+	for {
+		sh.send(p)
+		select {
+		case p = <-sh.work:
+		case <-sh.s.done:
+			return
+		}
+	}
+}
+
+// send runs one pipeline: EVALSHA per call, EVAL again for those that
+// found the script cache empty (NOSCRIPT: the script did not run). Its
+// socket deadline is Options.MaxWait: the calls' waiters are released
+// earlier by a stall judgement, so a slow reply never closes a healthy
+// connection.
+func (sh *shard) send(p *pipe) {
+	s := sh.s
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.MaxWait)
+	defer cancel()
+	cmds := make([]*redis.Cmd, len(p.calls))
+	pl := s.client.Pipeline()
+	for i, c := range p.calls {
+		cmds[i] = scriptCall(ctx, pl, "evalsha", c.script.Hash(), c.keys, c.args)
+	}
+	sh.mu.Lock()
+	p.sent = time.Now()
+	sh.mu.Unlock()
+	_, _ = pl.Exec(ctx)
+	var again []int
+	for i, c := range cmds {
+		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		pl := s.client.Pipeline()
+		for _, i := range again {
+			c := p.calls[i]
+			cmds[i] = scriptCall(ctx, pl, "eval", lua.Source(c.script), c.keys, c.args)
+		}
+		_, _ = pl.Exec(ctx)
+	}
+	now := time.Now()
+	var failure error
+	for _, c := range cmds {
+		if shardFailure(c.Err()) {
+			failure = c.Err()
+			break
+		}
+	}
+	s.stats.pipelines.Add(1)
+	s.stats.calls.Add(int64(len(cmds)))
+
+	sh.mu.Lock()
+	if p.abandoned && failure == nil {
+		// Not learnt from: a shard slowed for good would otherwise teach
+		// the threshold to wait for it. Logged, as a sign of a threshold
+		// too tight for this machine (or of a short freeze).
+		s.opts.Logger.Info("redis shard answered a pipeline judged stalled", "shard", sh.addr,
+			"after", now.Sub(p.sent).Round(time.Microsecond), "calls", len(p.calls))
+	}
+	if !p.abandoned {
+		if failure == nil {
+			sh.observeRTT(now, now.Sub(p.sent))
+		}
+		sh.removeInflight(p)
+		if sh.brk != nil {
+			if failure != nil {
+				if sh.brk.failure(now) {
+					sh.opened(now, failure)
+				}
+			} else {
+				sh.brk.success(now)
+			}
+		}
+	}
+	sh.kick(now)
+	sh.mu.Unlock()
+	for i, c := range p.calls {
+		c.req.finish(c, cmds[i])
+	}
+	if failure != nil {
+		s.reloadState()
+	}
+}
+
+func (sh *shard) removeInflight(p *pipe) {
+	for i, q := range sh.inflight {
+		if q == p {
+			sh.inflight = append(sh.inflight[:i], sh.inflight[i+1:]...)
+			return
+		}
+	}
+}
+
+// arm schedules the next check while calls are queued or in flight.
+// Called with mu held.
+func (sh *shard) arm(now time.Time) {
+	if len(sh.inflight) == 0 && len(sh.queue) == 0 {
+		return
+	}
+	th := sh.threshold(now)
+	due := now.Add(th)
+	if p := sh.oldestSent(); p != nil {
+		due = p.sent.Add(th)
+	}
+	if len(sh.queue) > 0 {
+		due = minTime(due, sh.queue[0].enq.Add(sh.s.opts.MaxWait))
+	}
+	if sh.armed && !due.Before(sh.watchDue) {
+		return // a check comes soon enough
+	}
+	sh.armAt(now, due)
+}
+
+func (sh *shard) armAt(now, due time.Time) {
+	sh.armed, sh.watchDue = true, due
+	d := max(due.Sub(now), 0)
+	if sh.watch == nil {
+		sh.watch = time.AfterFunc(d, sh.check)
+	} else {
+		sh.watch.Reset(d)
+	}
+}
+
+// oldestSent is the in-flight pipeline sent first, nil if none has been
+// sent yet. Called with mu held.
+func (sh *shard) oldestSent() *pipe {
+	var o *pipe
+	for _, p := range sh.inflight {
+		if !p.sent.IsZero() && (o == nil || p.sent.Before(o.sent)) {
+			o = p
+		}
+	}
+	return o
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// pipeStallFactor: a single pipeline unanswered for this many stall
+// thresholds while the shard answers others (a connection that died
+// silently) is given up on alone, without opening the breaker.
+const pipeStallFactor = 10
+
+// check judges the shard's calls in flight and in the queue: the watch
+// timer's body.
+//
+// The shard is stalled when its oldest pipeline has waited the stall
+// threshold, nothing was received from the shard within the threshold,
+// and no received bytes wait unread in this node's sockets. The last two
+// tell a stalled Redis from a busy node: if this node was too busy to
+// read what Redis sent, the bytes are in the socket (or were just read),
+// and the calls wait on. A check that itself woke up late defers its
+// judgement once by a millisecond, so that the runtime's network poller
+// can deliver replies that arrived while the process was not running.
+func (sh *shard) check() {
+	now := time.Now()
+	var settle, refused, shed []*call
+	var settleErr error
+	sh.mu.Lock()
+	sh.armed = false
+	if sh.s.closed.Load() {
+		sh.mu.Unlock()
+		return
+	}
+	th := sh.threshold(now)
+	if old := sh.oldestSent(); old != nil && now.Sub(old.sent) >= th {
+		heard := now.Sub(time.Unix(0, sh.prog.lastRead.Load())) < th
+		age := now.Sub(old.sent)
+		switch {
+		case heard:
+			// Alive; give up on one pipeline only if it is far overdue.
+			if p := old; age >= pipeStallFactor*th && !sh.prog.pending() {
+				p.abandoned = true
+				sh.removeInflight(p)
+				settle, settleErr = p.calls, fmt.Errorf("%w: %s: one pipeline unanswered for %v", ErrStalled, sh.addr, now.Sub(p.sent).Round(time.Microsecond))
+				if sh.brk != nil && sh.brk.failure(now) {
+					sh.opened(now, settleErr)
+				}
+			}
+		case now.Sub(sh.watchDue) > th/2 && !sh.lagged:
+			sh.lagged = true
+			sh.armAt(now, now.Add(time.Millisecond))
+			sh.mu.Unlock()
+			return
+		case sh.prog.pending():
+			// Replies wait unread: this node is slow, not the shard.
+		case age < sh.s.opts.StallMax && (sh.s.lag.recent(now, th/2, th) || sh.s.cpu.contended(now)):
+			// Goroutines of this process waited that long for a CPU
+			// lately (the pipeline may have reached the socket late, or
+			// its reply been read late), or the machine's CPUs are
+			// contended (a Redis beside this node waits for a CPU too):
+			// silence is judged a stall only after StallMax.
+			sh.armAt(now, minTime(old.sent.Add(sh.s.opts.StallMax), now.Add(max(th/4, time.Millisecond))))
+			sh.mu.Unlock()
+			return
+		default:
+			settleErr = fmt.Errorf("%w: %s: nothing received for %v with %d pipelines outstanding", ErrStalled, sh.addr, th, len(sh.inflight))
+			for _, p := range sh.inflight {
+				p.abandoned = true
+				settle = append(settle, p.calls...)
+			}
+			sh.inflight = nil
+			sh.s.stats.stalls.Add(1)
+			if sh.brk != nil && sh.brk.stall(now) {
+				sh.opened(now, settleErr)
+			}
+		}
+	}
+	sh.lagged = false
+	// Calls the node could not even send within MaxWait are shed.
+	for len(sh.queue) > 0 && now.Sub(sh.queue[0].enq) >= sh.s.opts.MaxWait {
+		shed = append(shed, sh.queue[0])
+		sh.queue[0] = nil
+		sh.queue = sh.queue[1:]
+	}
+	if sh.brk != nil && !sh.brk.allow() {
+		// Opened: what is still queued is refused, as new calls are.
+		refused = sh.queue
+		sh.queue = nil
+	}
+	sh.kick(now)
+	sh.arm(now)
+	sh.mu.Unlock()
+	for _, c := range settle {
+		c.req.finish(c, failCmd(context.Background(), settleErr))
+	}
+	if len(refused) > 0 {
+		err := fmt.Errorf("%w: %s: breaker open", ErrUnavailable, sh.addr)
+		for _, c := range refused {
+			c.req.finish(c, failCmd(context.Background(), err))
+		}
+	}
+	if len(shed) > 0 {
+		sh.s.stats.shed.Add(int64(len(shed)))
+		err := &overloaded{cause: fmt.Sprintf("not sent to %s within %v", sh.addr, sh.s.opts.MaxWait)}
+		for _, c := range shed {
+			c.req.finish(c, failCmd(context.Background(), err))
+		}
+	}
+	if settleErr != nil {
+		sh.s.reloadState()
+	}
+}
+
+// opened runs when the breaker opens: log it and schedule the first probe.
+// Called with mu held.
+func (sh *shard) opened(now time.Time, cause error) {
+	sh.s.opts.Logger.Log(context.Background(), slog.LevelWarn, "redis circuit breaker", "shard", sh.addr, "to", "open", "err", cause)
+	sh.scheduleProbe(now)
+}
+
+func (sh *shard) scheduleProbe(now time.Time) {
+	at := sh.brk.nextProbe()
+	if at.IsZero() {
+		return
+	}
+	d := max(at.Sub(now), 0)
+	if sh.probeT == nil {
+		sh.probeT = time.AfterFunc(d, sh.probe)
+	} else {
+		sh.probeT.Reset(d)
+	}
+}
+
+// probe PINGs the shard of an open breaker; an answer within the stall
+// threshold (at least probeFloor) closes it. No request waits for a probe.
+func (sh *shard) probe() {
+	s := sh.s
+	if s.closed.Load() {
+		return
+	}
+	s.wg.Add(1)
+	defer s.wg.Done()
+	now := time.Now()
+	sh.mu.Lock()
+	if sh.brk == nil || !sh.brk.probeDue(now) {
+		if sh.brk != nil {
+			sh.scheduleProbe(now)
+		}
+		sh.mu.Unlock()
+		return
+	}
+	limit := max(sh.threshold(now), probeFloor)
+	client := sh.client
+	sh.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	var err error
+	if client != nil {
+		err = client.Ping(ctx).Err()
+	} else {
+		err = s.client.Ping(ctx).Err()
+	}
+	cancel()
+
+	now = time.Now()
+	sh.mu.Lock()
+	sh.brk.probed(now, err == nil)
+	if err == nil {
+		s.opts.Logger.Info("redis circuit breaker", "shard", sh.addr, "to", "closed")
+	} else {
+		sh.scheduleProbe(now)
+	}
+	sh.mu.Unlock()
+	if err != nil {
+		s.reloadState()
+	}
+}
+
+// probeFloor is the least time a probe's PING is given: the stall
+// threshold of an idle shard is a few milliseconds, and a probe that
+// fails for want of CPU only delays recovery.
+const probeFloor = 10 * time.Millisecond
+
+func (sh *shard) stop() {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.watch != nil {
+		sh.watch.Stop()
+	}
+	if sh.probeT != nil {
+		sh.probeT.Stop()
+	}
+}
+
+// health reports the shard's breaker.
+func (sh *shard) health() ShardHealth {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	h := ShardHealth{Shard: sh.addr}
+	if sh.brk != nil {
+		sh.brk.roll(time.Now())
+		h.State = sh.brk.state
+		h.Requests, h.Failures = sh.brk.counts()
+		h.Openings, h.ProbeFailures = sh.brk.openings, sh.brk.probeFailures
+	}
+	return h
+}
