@@ -51,7 +51,21 @@ type Config struct {
 	// open, which CheckAddr allows on loopback addresses only.
 	Token  string
 	Logger *slog.Logger
+	// MaxConcurrent bounds the requests that read a body and validate a
+	// whole set (writes and dry runs) at once; 0 means DefaultMaxConcurrent.
+	// One such request may decode a 32 MiB file, so an unbounded number of
+	// them is a cheap way to take a node's CPU and memory.
+	MaxConcurrent int
+	// BusyWait is how long such a request waits for a slot before it is
+	// answered 503 with Retry-After; 0 means DefaultBusyWait.
+	BusyWait time.Duration
 }
+
+// Defaults of Config.MaxConcurrent and Config.BusyWait.
+const (
+	DefaultMaxConcurrent = 2
+	DefaultBusyWait      = 5 * time.Second
+)
 
 // Server is the admin API's http.Handler.
 type Server struct {
@@ -59,6 +73,8 @@ type Server struct {
 	token []byte
 	log   *slog.Logger
 	mux   *http.ServeMux
+	slots chan struct{} // one per write or dry run in progress
+	wait  time.Duration
 }
 
 // New returns the admin API over cfg.Store.
@@ -67,15 +83,24 @@ func New(cfg Config) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{store: cfg.Store, token: []byte(cfg.Token), log: log, mux: http.NewServeMux()}
+	n := cfg.MaxConcurrent
+	if n <= 0 {
+		n = DefaultMaxConcurrent
+	}
+	s := &Server{store: cfg.Store, token: []byte(cfg.Token), log: log, mux: http.NewServeMux(), slots: make(chan struct{}, n), wait: cfg.BusyWait}
+	if s.wait <= 0 {
+		s.wait = DefaultBusyWait
+	}
 	s.mux.HandleFunc("GET /v1/policies", s.list)
 	s.mux.HandleFunc("POST /v1/policies", s.write(s.create))
 	s.mux.HandleFunc("GET /v1/policies/{id}", s.get)
 	s.mux.HandleFunc("PUT /v1/policies/{id}", s.write(s.put))
 	s.mux.HandleFunc("DELETE /v1/policies/{id}", s.write(s.delete))
 	s.mux.HandleFunc("GET /v1/policies/{id}/history", s.history)
-	s.mux.HandleFunc("POST /v1/policies:validate", s.validate)
-	s.mux.HandleFunc("POST /v1/validate", s.validate)
+	// A dry run costs what a write costs (decode and validate a whole
+	// set), so it needs the token too.
+	s.mux.HandleFunc("POST /v1/policies:validate", s.write(s.validate))
+	s.mux.HandleFunc("POST /v1/validate", s.write(s.validate))
 	s.mux.HandleFunc("GET /v1/settings", s.settings)
 	s.mux.HandleFunc("PUT /v1/settings", s.write(s.putSettings))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -93,8 +118,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // CheckAddr refuses to serve writes without a token anywhere but on a
 // loopback address: an open admin API on a network is anyone's limits.
+//
+// It also refuses a token no client can present: one that is blank or has
+// leading or trailing white space (a presented token is trimmed, and a
+// whitespace-only one passed the "needs a token" rule while locking every
+// caller out).
 func CheckAddr(addr, token string) error {
 	if token != "" {
+		if strings.TrimSpace(token) != token || strings.TrimSpace(token) == "" {
+			return errors.New("admin token is blank or has leading or trailing white space: no client could present it (check --admin-token / ALLOT_ADMIN_TOKEN)")
+		}
 		return nil
 	}
 	host, _, err := net.SplitHostPort(addr)
@@ -136,12 +169,26 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	return err
 }
 
-// write wraps a write handler with the bearer-token check.
+// write wraps a write or dry-run handler with the bearer-token check and
+// the concurrency bound (checked in that order, so an unauthorised caller
+// never holds a slot).
 func (s *Server) write(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !s.authorized(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="allot-admin"`)
 			writeProblem(w, r, statusProblem(http.StatusUnauthorized, "writes need Authorization: Bearer <admin token>"))
+			return
+		}
+		t := time.NewTimer(s.wait)
+		defer t.Stop()
+		select {
+		case s.slots <- struct{}{}:
+			defer func() { <-s.slots }()
+		case <-t.C:
+			w.Header().Set("Retry-After", "1")
+			writeProblem(w, r, statusProblem(http.StatusServiceUnavailable, "admin API busy: too many writes and dry runs in progress"))
+			return
+		case <-r.Context().Done():
 			return
 		}
 		h(w, r)

@@ -115,6 +115,7 @@ func TestWritesNeedTheToken(t *testing.T) {
 	for _, tok := range []string{"", "wrong", token + "x"} {
 		for _, c := range []struct{ method, path string }{
 			{"POST", "/v1/policies"}, {"PUT", "/v1/policies/free-tier"}, {"DELETE", "/v1/policies/free-tier"}, {"PUT", "/v1/settings"},
+			{"POST", "/v1/policies:validate"}, {"POST", "/v1/validate"},
 		} {
 			resp, body := call(t, srv, c.method, c.path, tok, goodPolicy)
 			require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s %s with %q", c.method, c.path, tok)
@@ -125,11 +126,56 @@ func TestWritesNeedTheToken(t *testing.T) {
 	ps, err := store.List(context.Background())
 	require.NoError(t, err)
 	assert.Empty(t, ps)
-	// Reads and dry runs are not writes.
+	// Reads are open; dry runs cost what writes cost, so they are not.
 	resp, _ := call(t, srv, "GET", "/v1/policies", "", "")
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
-	resp, _ = call(t, srv, "POST", "/v1/policies:validate", "", goodPolicy)
+	resp, _ = call(t, srv, "POST", "/v1/policies:validate", token, goodPolicy)
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// blockingStore's Load waits for release, so a request can be held
+// inside the handler (holding its slot) for as long as a test needs.
+type blockingStore struct {
+	policystore.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingStore) Load(ctx context.Context) (*policy.File, policystore.Rev, error) {
+	b.entered <- struct{}{}
+	<-b.release
+	return b.Store.Load(ctx)
+}
+
+// Writes and dry runs in progress are bounded: past MaxConcurrent a
+// request waits, then is answered 503 rather than piling up decodes.
+func TestWritesAndDryRunsAreBounded(t *testing.T) {
+	store := &blockingStore{Store: policystore.NewMemory(), entered: make(chan struct{}), release: make(chan struct{})}
+	srv := httptest.NewServer(admin.New(admin.Config{Store: store, Token: token, MaxConcurrent: 1, BusyWait: 50 * time.Millisecond}))
+	t.Cleanup(srv.Close)
+	first := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/policies:validate", strings.NewReader(goodPolicy))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			first <- 0
+			return
+		}
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	<-store.entered // the first dry run holds the only slot
+	resp, body := call(t, srv, "POST", "/v1/policies:validate", token, goodPolicy)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
+	assert.Equal(t, "1", resp.Header.Get("Retry-After"))
+	problemOf(t, resp, body)
+
+	store.release <- struct{}{}
+	assert.Equal(t, http.StatusOK, <-first)
+	go func() { <-store.entered; store.release <- struct{}{} }()
+	resp, body = call(t, srv, "POST", "/v1/policies:validate", token, goodPolicy)
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "the slot is free again: %s", body)
 }
 
 func TestInvalidWritesListEveryProblem(t *testing.T) {
@@ -153,7 +199,7 @@ func TestInvalidWritesListEveryProblem(t *testing.T) {
 	assert.Empty(t, ps, "nothing stored")
 
 	// The same through the dry run, which writes nothing either.
-	resp, body = call(t, srv, "POST", "/v1/validate", "", bad)
+	resp, body = call(t, srv, "POST", "/v1/validate", token, bad)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	assert.Len(t, problemOf(t, resp, body).Errors, len(p.Errors))
 }
@@ -229,14 +275,14 @@ func TestBodiesAreDecodedStrictly(t *testing.T) {
 func TestValidateAWholeFile(t *testing.T) {
 	srv, _ := serve(t)
 	file := `{"default_tier":"free","policies":[` + goodPolicy + `,` + strings.Replace(goodPolicy, "free-tier", "b", 1) + `]}`
-	resp, body := call(t, srv, "POST", "/v1/policies:validate", "", file)
+	resp, body := call(t, srv, "POST", "/v1/policies:validate", token, file)
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 	var res admin.ValidateResult
 	require.NoError(t, json.Unmarshal([]byte(body), &res))
 	assert.Equal(t, admin.ValidateResult{Valid: true, Policies: 2}, res)
 
 	dup := `{"policies":[` + goodPolicy + `,` + goodPolicy + `],"costs":{"nope":1}}`
-	resp, body = call(t, srv, "POST", "/v1/policies:validate", "", dup)
+	resp, body = call(t, srv, "POST", "/v1/policies:validate", token, dup)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	p := problemOf(t, resp, body)
 	require.Len(t, p.Errors, 1, "an upsert of the same id twice leaves one policy; the bad cost remains")
@@ -260,6 +306,11 @@ func TestCheckAddr(t *testing.T) {
 	assert.Error(t, admin.CheckAddr(":9000", ""))
 	assert.Error(t, admin.CheckAddr("10.0.0.1:9000", ""))
 	assert.NoError(t, admin.CheckAddr(":9000", "tok"))
+	// A token no client can present (presented tokens are trimmed).
+	for _, tok := range []string{" ", "\t \n", " tok", "tok "} {
+		assert.Error(t, admin.CheckAddr(":9000", tok), "%q", tok)
+		assert.Error(t, admin.CheckAddr("127.0.0.1:9000", tok), "%q", tok)
+	}
 }
 
 func TestClientRoundTrip(t *testing.T) {

@@ -81,17 +81,17 @@ func TestBadRuntimeSettingsListEveryProblem(t *testing.T) {
 // The dry run tells a settings-only file from a policy with a lease block.
 func TestValidateTellsALeaseBlockFileFromAPolicy(t *testing.T) {
 	srv, _ := serve(t)
-	resp, body := call(t, srv, "POST", "/v1/policies:validate", "", `{"lease":{"max_share":2}}`)
+	resp, body := call(t, srv, "POST", "/v1/policies:validate", token, `{"lease":{"max_share":2}}`)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode, body)
 	errs := problemOf(t, resp, body).Errors
 	require.Len(t, errs, 1)
 	assert.Equal(t, "lease.max_share", errs[0].Field)
 	assert.Empty(t, errs[0].Policy, "read as a file")
 
-	resp, body = call(t, srv, "POST", "/v1/policies:validate", "", `{"rebalance":{"decay":0.1}}`)
+	resp, body = call(t, srv, "POST", "/v1/policies:validate", token, `{"rebalance":{"decay":0.1}}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 
-	resp, body = call(t, srv, "POST", "/v1/policies:validate", "", `{"id":"p","per":["tenant"],"precision":"leased","lease":{"max_share":0.5},
+	resp, body = call(t, srv, "POST", "/v1/policies:validate", token, `{"id":"p","per":["tenant"],"precision":"leased","lease":{"max_share":0.5},
 	 "limits":[{"name":"l","algorithm":"token_bucket","limit":5,"period":"1s"}]}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 }

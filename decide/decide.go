@@ -43,7 +43,8 @@ const (
 type Status struct {
 	PolicyID   string
 	LimitName  string
-	Limit      int64
+	Limit      int64 // capacity: the burst (default the limit)
+	Quota      int64 // tokens per Window: the limit, whatever the burst
 	Remaining  int64
 	ResetAfter time.Duration
 	RetryAfter time.Duration // violated limits only; algorithm.Never if it never can pass
@@ -312,6 +313,12 @@ func (p *plan) decide(results []algorithm.Result, cost int64, takes []leasedTake
 	var dec Decision
 	var deciding *Status
 	dec.Statuses, dec.Shadow = leasedStatuses(takes)
+	type take struct {
+		i        int // index in dec.Statuses
+		cost     int64
+		windowed bool
+	}
+	var taken []take // items of allowed groups
 	for gi, res := range results {
 		for ii, ir := range res.Items {
 			ref := p.refs[gi][ii]
@@ -319,6 +326,7 @@ func (p *plan) decide(results []algorithm.Result, cost int64, takes []leasedTake
 				PolicyID:   ref.policy.ID,
 				LimitName:  ref.limit.Name,
 				Limit:      ref.spec.Capacity(),
+				Quota:      ref.spec.Limit,
 				Remaining:  ir.Remaining,
 				ResetAfter: ir.ResetAfter,
 				Window:     ref.spec.Period,
@@ -333,6 +341,9 @@ func (p *plan) decide(results []algorithm.Result, cost int64, takes []leasedTake
 					dec.Shadow = append(dec.Shadow, st)
 				}
 				continue
+			}
+			if res.Allowed {
+				taken = append(taken, take{len(dec.Statuses), p.groups[gi][ii].Cost, ref.spec.Algorithm.Windowed()})
 			}
 			dec.Statuses = append(dec.Statuses, st)
 		}
@@ -359,6 +370,13 @@ func (p *plan) decide(results []algorithm.Result, cost int64, takes []leasedTake
 	}
 	dec.Limit, dec.Remaining, dec.ResetAfter, dec.PolicyID = deciding.Limit, deciding.Remaining, deciding.ResetAfter, deciding.PolicyID
 	if deciding.Violated {
+		// A denied check gives back what its allowed groups took (Check's
+		// refund): report those limits as they will stand, not as they
+		// stood between take and refund (another subject's ip-perimeter
+		// showed r=375 while Redis held 400).
+		for _, t := range taken {
+			refunded(&dec.Statuses[t.i], t.cost, t.windowed)
+		}
 		dec.Outcome = Throttled
 		dec.RetryAfter = deciding.RetryAfter
 		dec.ResetAfter = deciding.RetryAfter
@@ -368,6 +386,21 @@ func (p *plan) decide(results []algorithm.Result, cost int64, takes []leasedTake
 		}
 	}
 	return dec
+}
+
+// refunded moves st to its state after a refund of cost: the tokens come
+// back (up to the capacity); for the buckets the time to full shrinks by
+// what cost takes to refill (a window's end does not move); a full limit
+// has nothing to wait for.
+func refunded(st *Status, cost int64, windowed bool) {
+	st.Remaining = min(st.Remaining+cost, st.Limit)
+	switch {
+	case st.Remaining >= st.Limit:
+		st.ResetAfter = 0
+	case !windowed && st.Quota > 0 && st.Window > 0:
+		refill := time.Duration(float64(cost) * float64(st.Window) / float64(st.Quota))
+		st.ResetAfter = max(st.ResetAfter-refill, 0)
+	}
 }
 
 // later orders retry waits, Never being the longest.

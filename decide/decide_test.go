@@ -103,6 +103,10 @@ func TestDenialByDailyLimitBurnsNoPerSecondTokensNorOtherSubjects(t *testing.T) 
 		}
 	}
 	assert.Equal(t, "ip", ipStatus.PolicyID)
+	// The denied answer reports the ip limit as the refund leaves it (98,
+	// what the next check then finds before its own take), not as it
+	// stood between take and refund (97).
+	assert.Equal(t, int64(98), ipStatus.Remaining)
 }
 
 func TestCostWeightingAndRetryAfter(t *testing.T) {

@@ -2,7 +2,6 @@ package decide
 
 import (
 	"fmt"
-	"net/netip"
 	"strings"
 	"unicode/utf8"
 
@@ -78,11 +77,11 @@ func (in *Input) Request() (policy.Request, error) {
 		Cost:   in.Cost,
 	}
 	if in.IP != "" {
-		a, err := netip.ParseAddr(in.IP)
+		a, err := policy.ParseIP(in.IP)
 		if err != nil {
 			return policy.Request{}, invalid("ip", "not an IP address: %q", in.IP)
 		}
-		r.IP = a.Unmap()
+		r.IP = a
 	}
 	return r, nil
 }

@@ -141,6 +141,7 @@ func leasedStatuses(takes []leasedTake) (st, shadow []Status) {
 			PolicyID:   t.pol.ID,
 			LimitName:  t.lim.Name,
 			Limit:      t.res.Limit,
+			Quota:      t.lim.Spec.Limit,
 			Remaining:  t.res.Remaining,
 			ResetAfter: t.res.ResetAfter,
 			Window:     t.lim.Spec.Period,

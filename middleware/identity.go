@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/allot-dev/allot/policy"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
 
@@ -98,14 +99,15 @@ func forwardedFor(lines []string) []string {
 	return hops
 }
 
-// parseAddr reads "addr", "addr:port" or "[addr]:port", without zone.
+// parseAddr reads "addr", "addr:port" or "[addr]:port" in the canonical
+// form of policy.ParseIP (no zone, IPv4 unmapped).
 func parseAddr(s string) netip.Addr {
-	if a, err := netip.ParseAddr(s); err == nil {
-		return a.WithZone("").Unmap()
+	if a, err := policy.ParseIP(s); err == nil {
+		return a
 	}
 	if host, _, err := net.SplitHostPort(s); err == nil {
-		if a, err := netip.ParseAddr(host); err == nil {
-			return a.WithZone("").Unmap()
+		if a, err := policy.ParseIP(host); err == nil {
+			return a
 		}
 	}
 	return netip.Addr{}

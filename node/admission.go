@@ -38,6 +38,14 @@ func (a *admission) Check(ctx context.Context, r *decide.Request) (decide.Decisi
 	return a.next.Check(ctx, r)
 }
 
+// Undo passes a batch's give-back on to the decider (server.Undoer), so
+// a batch that fails midway, shed included, counts nothing.
+func (a *admission) Undo(ctx context.Context, r *decide.Request, d decide.Decision) {
+	if u, ok := a.next.(server.Undoer); ok {
+		u.Undo(ctx, r, d)
+	}
+}
+
 // shedError is the error of a check the node shed (decide.IsOverloaded).
 type shedError struct{ max int64 }
 

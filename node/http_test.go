@@ -213,7 +213,7 @@ func TestEnvoyRateLimitService(t *testing.T) {
 	st := resp.Statuses[0]
 	assert.Equal(t, rlsv3.RateLimitResponse_OK, st.Code)
 	assert.Equal(t, "free-tier/per_second", st.CurrentLimit.GetName())
-	assert.Equal(t, uint32(10), st.CurrentLimit.GetRequestsPerUnit())
+	assert.Equal(t, uint32(5), st.CurrentLimit.GetRequestsPerUnit(), "5/s with a burst of 10: the quota per unit, not the burst")
 	assert.Equal(t, rlsv3.RateLimitResponse_RateLimit_SECOND, st.CurrentLimit.GetUnit())
 	assert.Equal(t, uint32(0), st.LimitRemaining)
 	assert.InDelta(t, 2*time.Second, st.DurationUntilReset.AsDuration(), float64(100*time.Millisecond))
@@ -223,7 +223,7 @@ func TestEnvoyRateLimitService(t *testing.T) {
 	}
 	assert.Equal(t, "10", h["X-Ratelimit-Limit"])
 	assert.Equal(t, "0", h["X-Ratelimit-Remaining"])
-	assert.Equal(t, `"free-tier/per_second";q=10;w=1`, h["Ratelimit-Policy"])
+	assert.Equal(t, `"free-tier/per_second";q=5;w=1`, h["Ratelimit-Policy"])
 	assert.Empty(t, resp.RawBody)
 
 	// Two descriptors, one over: the whole request is OVER_LIMIT; a
@@ -265,6 +265,7 @@ func TestEnvoyRateLimitService(t *testing.T) {
 	require.NoError(t, json.Unmarshal(resp.RawBody, &p))
 	assert.Equal(t, problem.QuotaExceeded, p["type"])
 	assert.Equal(t, []any{"free-tier/per_second"}, p["violated-policies"])
+	assert.Equal(t, "/rls", p["instance"], "raw_body names the instance as the HTTP 429 does")
 
 	// A descriptor no policy applies to is OK with no current limit.
 	resp, err = c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge",

@@ -16,11 +16,11 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/allot-dev/allot/decide"
+	"github.com/allot-dev/allot/internal/ratelog"
 	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/memstore"
 	"github.com/allot-dev/allot/middleware"
@@ -73,7 +73,20 @@ type Config struct {
 	// Transport: TLS on the listeners, credentials and TLS to Redis and
 	// NATS (node/tls.go).
 	Transport Transport
+	// GRPCLimits bound connections, streams, handshakes and idle
+	// connections of the gRPC listener (node/grpclimits.go).
+	GRPCLimits GRPCLimits
+	// DrainPeriod is how long Close keeps serving after it marked the node
+	// not ready (/readyz 503, health NOT_SERVING), so that load balancers
+	// and health-checking clients move away before the listeners close;
+	// 0: none. The flag --drain-period defaults to DefaultDrainPeriod.
+	DrainPeriod time.Duration
 }
+
+// DefaultDrainPeriod is --drain-period's default: longer than a load
+// balancer's usual readiness probe interval, short enough to fit a
+// Kubernetes termination grace period (30 s) with --shutdown-timeout.
+const DefaultDrainPeriod = 5 * time.Second
 
 // streamWorkers is how many gRPC calls in flight reuse a parked
 // goroutine (grpc.NumStreamWorkers); an idle one costs its stack only.
@@ -83,9 +96,10 @@ const streamWorkers = 128
 type Node struct {
 	cfg     Config
 	log     *slog.Logger
+	reqLog  *slog.Logger // rate-limited: see perRequestLog
 	lis     net.Listener
 	grpc    *grpc.Server
-	health  *health.Server
+	health  *healthServer
 	decider *decide.Decider
 	admit   *admission // bounds the checks in flight, in front of decider
 	closers []func() error
@@ -122,7 +136,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, errors.Join(err, n.closeAll())
 	}
-	n.decider = decide.New(n.instrument(store), set, log)
+	n.decider = decide.New(n.instrument(store), set, n.perRequestLog())
 	n.admit = &admission{next: n.decider, max: int64(cmp.Or(cfg.MaxInFlight, DefaultMaxInFlight))}
 	if n.leases != nil {
 		n.decider.UseLeases(n.leases)
@@ -140,7 +154,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.GRPCAddr, err)
 	}
 	n.lis = lis
-	opts := append(cfg.Transport.grpcOptions(), n.grpcTelemetry()...)
+	opts := append(cfg.Transport.grpcOptions(), cfg.GRPCLimits.serverOptions()...)
+	opts = append(opts, server.MalformedIsInvalid()...)
+	opts = append(opts, n.grpcTelemetry()...)
 	// Reuse stream goroutines: a fresh goroutine per call regrows its
 	// stack through the handler's call depth every time (a tenth of the
 	// node's CPU at 32 calls in flight). Calls beyond the workers still
@@ -148,13 +164,16 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	opts = append(opts, grpc.NumStreamWorkers(streamWorkers))
 	n.grpc = grpc.NewServer(opts...)
 	ratelimitv1.RegisterRateLimiterServiceServer(n.grpc, server.NewGRPC(n.checker(), server.GRPCOptions{Observe: n.observeHook()}))
-	n.health = health.NewServer()
+	n.health = newHealthServer()
 	healthpb.RegisterHealthServer(n.grpc, n.health)
+	// Every service the listener serves has an entry, so a probe that
+	// names the Envoy service (grpc-health-probe -service ...) is answered.
 	n.health.SetServingStatus(ratelimitv1.RateLimiterService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	n.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	n.watchStore()
 	rlsv3.RegisterRateLimitServiceServer(n.grpc, server.NewEnvoy(n.checker(), server.EnvoyOptions{Observe: n.observeHook()}))
 	reflection.Register(n.grpc)
-	go func() { n.served <- n.grpc.Serve(lis) }()
+	go func() { n.served <- n.grpc.Serve(cfg.GRPCLimits.listener(lis)) }()
 	if err := errors.Join(n.startHTTP(), n.startTelemetry()); err != nil {
 		n.closing.Store(true)
 		n.grpc.Stop()
@@ -178,7 +197,7 @@ func (n *Node) openStore(ctx context.Context) (decide.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to region redis %v: %w", n.cfg.Redis, err)
 	}
-	m, err := lease.New(lease.Options{Source: n.leaseSource(st), Defaults: n.cfg.Lease, Logger: n.log, ColdExact: true})
+	m, err := lease.New(lease.Options{Source: n.leaseSource(st), Defaults: n.cfg.Lease, Logger: n.perRequestLog(), ColdExact: true})
 	if err != nil {
 		_ = st.Close()
 		return nil, fmt.Errorf("lease manager: %w", err)
@@ -191,6 +210,17 @@ func (n *Node) openStore(ctx context.Context) (decide.Store, error) {
 		return errors.Join(m.Close(ctx), st.Close())
 	})
 	return st, nil
+}
+
+// perRequestLog is the logger of the parts that log per request or per
+// refill (the decider, the lease manager): one line per message per 10 s,
+// with the count suppressed, so an outage cannot flood the log. One
+// limiter for both, made on first use.
+func (n *Node) perRequestLog() *slog.Logger {
+	if n.reqLog == nil {
+		n.reqLog = ratelog.New(n.log, ratelog.DefaultEvery, nil)
+	}
+	return n.reqLog
 }
 
 func (n *Node) storeName() string {
@@ -213,11 +243,19 @@ func (n *Node) checker() server.Checker { return n.admit }
 // Done is closed with the serve error when the gRPC server stops.
 func (n *Node) Done() <-chan error { return n.served }
 
-// Close stops the node gracefully: health goes NOT_SERVING, in-flight
-// calls finish (up to timeout, then they are cut), the store is closed.
+// Close stops the node gracefully: health goes NOT_SERVING and /readyz
+// 503, the node keeps serving for Config.DrainPeriod so that traffic moves
+// away, then in-flight calls finish (up to timeout, then they are cut) and
+// the store is closed. Closing the listeners at the instant the node went
+// unready gave clients thousands of UNAVAILABLE at once.
 func (n *Node) Close(timeout time.Duration) error {
 	n.closing.Store(true)
 	n.health.Shutdown()
+	if d := n.cfg.DrainPeriod; d > 0 {
+		n.log.Info("not ready; draining before stopping", "drain_period", d)
+		time.Sleep(d) // serving goes on meanwhile: this is the drain
+	}
+	n.health.endWatches()
 	// HTTP first, then gRPC, sharing one deadline.
 	httpCtx, cancel := context.WithTimeout(context.Background(), timeout)
 	httpErr := n.closeHTTP(httpCtx)

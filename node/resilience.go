@@ -217,7 +217,13 @@ func (n *Node) StoreStatus() string {
 	var bad []string
 	for _, h := range r.store.Shards() {
 		if h.State != region.BreakerClosed {
-			bad = append(bad, fmt.Sprintf("%s %s (%d/%d failed)", h.Shard, h.State, h.Failures, h.Requests))
+			// An open breaker has no counts (they reset when it opens):
+			// "open (0/0 failed)" read as if nothing had failed.
+			if h.Requests == 0 {
+				bad = append(bad, fmt.Sprintf("%s %s", h.Shard, h.State))
+			} else {
+				bad = append(bad, fmt.Sprintf("%s %s (%d/%d failed)", h.Shard, h.State, h.Failures, h.Requests))
+			}
 		}
 	}
 	var b strings.Builder

@@ -155,6 +155,7 @@ func TestNodeThroughRedisFaults(t *testing.T) {
 			code, body := rn.get(t, "/readyz")
 			assert.Equal(t, http.StatusOK, code, "degraded but serving")
 			assert.Contains(t, body, "degraded")
+			assert.NotContains(t, body, "(0/0 failed)", "an open breaker has no counts to show")
 			f.stop()
 			// Recovery: the breaker probes and closes, Redis decides again.
 			require.Eventually(t, func() bool {

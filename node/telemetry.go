@@ -117,6 +117,17 @@ func (n *Node) startTelemetry() error {
 		}
 		n.closers = append(n.closers, stop)
 	}
+	if n.policies != nil && n.policies.reloader != nil {
+		stop, err := tel.ObservePolicies(func() telemetry.PolicyStats {
+			st := n.PolicyStatus()
+			return telemetry.PolicyStats{AppliedRevision: uint64(st.Applied), AppliedAt: st.AppliedAt, Policies: st.Policies,
+				Rejections: st.Rejections, Rejected: st.Err != nil}
+		})
+		if err != nil {
+			return err
+		}
+		n.closers = append(n.closers, stop)
+	}
 	if n.res.store != nil {
 		stop, err := tel.ObserveBreakers(n.res.store.Shards)
 		if err != nil {

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"strings"
 	"time"
 
 	"github.com/allot-dev/allot/algorithm"
@@ -18,7 +19,7 @@ func (v *validator) limitFits(id string, j int, l *Limit, leased bool) {
 	}
 	at := "limits[" + itoa(j) + "].algorithm"
 	if leased && !a.Leasable() {
-		v.add(id, at, "%v cannot be leased (precision: leased): a node cannot spend a window's or a log's quota in advance; use token_bucket or gcra, or precision: exact", a)
+		v.add(id, at, "%v cannot be leased (precision: leased): only %s can be (a node spends leased tokens in advance, which only a bucket lease.lua can draw down and refill allows); use %s, or precision: exact", a, leasable(), leasable())
 	}
 	period := time.Duration(l.Period)
 	if l.Limit < 1 || l.Limit > MaxLimit || period < MinPeriod || period > MaxPeriod || l.Burst < 0 || l.Burst > MaxLimit {
@@ -36,4 +37,16 @@ func itoa(j int) string {
 		return digits[j : j+1]
 	}
 	return itoa(j/10) + digits[j%10:j%10+1]
+}
+
+// leasable names the algorithms algorithm.Leasable allows, so the advice
+// cannot drift from what leasing accepts (it once suggested gcra).
+func leasable() string {
+	var names []string
+	for a := algorithm.TokenBucket; a <= algorithm.FixedWindow; a++ {
+		if a.Leasable() {
+			names = append(names, a.String())
+		}
+	}
+	return strings.Join(names, " or ")
 }

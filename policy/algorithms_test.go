@@ -45,6 +45,9 @@ policies:
 		got[p.Policy+" "+p.Field] += p.Msg + "; "
 	}
 	assert.Contains(t, got["leased-window limits[1].algorithm"], "fixed_window cannot be leased")
+	// The advice names what can be leased, and only that: gcra cannot.
+	assert.Contains(t, got["leased-window limits[1].algorithm"], "use token_bucket, or precision: exact")
+	assert.NotContains(t, got["leased-window limits[1].algorithm"], "gcra")
 	assert.Contains(t, got["leased-window limits[2].algorithm"], "sliding_window_log cannot be leased")
 	assert.Contains(t, got["leased-window limits[2].algorithm"], "limit 20000 is above 10000")
 	assert.Contains(t, got["leased-window limits[3].algorithm"], "has no burst")

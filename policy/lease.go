@@ -87,7 +87,7 @@ func appendIP(dst []byte, a netip.Addr) []byte {
 		return dst
 	}
 	var buf [64]byte
-	return appendEscapedBytes(dst, a.Unmap().AppendTo(buf[:0]))
+	return appendEscapedBytes(dst, CanonicalIP(a).AppendTo(buf[:0]))
 }
 
 // appendEscaped percent-encodes the bytes that would break a key or its

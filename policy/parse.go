@@ -121,6 +121,10 @@ func (v *validator) policy(i int, p *Policy) {
 		v.add(id, "id", "required")
 	case len(id) > MaxIDLen || !validName(id):
 		v.add(id, "id", "must be 1-%d characters of [A-Za-z0-9_.-]", MaxIDLen)
+	case id == "." || id == "..":
+		// Path segments: /v1/policies/.. is cleaned away before it can
+		// reach the policy, so allotctl get/delete could not name it.
+		v.add(id, "id", "%q is not a usable id (it is a path segment)", id)
 	}
 	v.match(id, &p.Match)
 	perSeen := map[Field]bool{}

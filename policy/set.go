@@ -213,7 +213,7 @@ func (p *Compiled) matches(r *Request, tier string) bool {
 	if m.Route != "" && !p.route.match(r.Route) {
 		return false
 	}
-	if p.hasIP && (!r.IP.IsValid() || !p.prefix.Contains(r.IP.Unmap())) {
+	if p.hasIP && (!r.IP.IsValid() || !p.prefix.Contains(CanonicalIP(r.IP))) {
 		return false
 	}
 	return true
@@ -247,7 +247,7 @@ func fieldValue(f Field, r *Request, tier string) string {
 		return tier
 	case FieldIP:
 		if r.IP.IsValid() {
-			return r.IP.Unmap().String()
+			return CanonicalIP(r.IP).String()
 		}
 	}
 	return ""

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -52,8 +53,12 @@ func OpenFile(path string, opts Options) (*FileStore, error) {
 	if path == "" {
 		return nil, errors.New("file store: empty path")
 	}
-	if _, err := os.Stat(path); err != nil {
+	fi, err := os.Stat(path)
+	if err != nil {
 		return nil, fmt.Errorf("file store: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("file store: %w", notRegular(path, fi.Mode()))
 	}
 	poll := opts.PollInterval
 	if poll <= 0 {
@@ -71,7 +76,7 @@ func (s *FileStore) Close() error { return nil }
 // read returns the file's bytes and parsed content. A file that does not
 // parse is returned as a *policy.ValidationError with an empty file.
 func (s *FileStore) read() ([]byte, *policy.File, error) {
-	data, err := os.ReadFile(s.path)
+	data, err := readRegular(s.path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read policies: %w", err)
 	}
@@ -80,6 +85,31 @@ func (s *FileStore) read() ([]byte, *policy.File, error) {
 		return data, &policy.File{}, problemsErr(s.path, []policy.Problem{{Field: "file", Msg: err.Error()}})
 	}
 	return data, f, nil
+}
+
+// readRegular reads path if it is a regular file and refuses anything
+// else. Reading a FIFO (--policies <(generator)) or a device blocked the
+// watcher, and every admin call on the store, for ever. The file is opened
+// non-blocking, so opening a FIFO returns at once, and checked with fstat
+// on the open descriptor, so it cannot be swapped after the check.
+func readRegular(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, notRegular(path, fi.Mode())
+	}
+	return io.ReadAll(f)
+}
+
+func notRegular(path string, m fs.FileMode) error {
+	return fmt.Errorf("%s is not a regular file (%s): a policy file must be a plain file, since a FIFO or device would block its reader; write the policies to a file and point --policies at it", path, m.Type())
 }
 
 func hashRev(data []byte) Rev {
@@ -121,16 +151,33 @@ func statID(path string) (fileID, error) {
 // file when its content hash changed, once it has been stable for one
 // poll interval. A change is delivered within two intervals. After the
 // first delivery an empty (0-byte) file is ignored as a write in progress.
+//
+// On Linux a file changed in place (same inode) is applied only once a
+// writer has closed it (inotify IN_CLOSE_WRITE): a writer that pauses
+// mid-file, at a policy boundary, had its prefix applied, dropping the
+// policies still to come. A file replaced by a rename (or a symlink swap,
+// as Kubernetes ConfigMaps do) is complete by construction and applied
+// once stable. Elsewhere, or if inotify is unavailable, stability alone
+// decides.
 func (s *FileStore) Watch(ctx context.Context, fn func(Snapshot)) error {
 	var (
 		last, settling fileID
 		lastRev        Rev
 		first          = true
 		missing        bool
+		closed         bool // a writer closed the file since the last read
+		waiting        bool // logged that a change waits for its writer
 	)
+	cw := newCloseWatch(s.path)
+	if cw != nil {
+		defer cw.close()
+	}
 	t := time.NewTicker(s.poll)
 	defer t.Stop()
 	for {
+		if cw != nil && cw.closed() {
+			closed = true
+		}
 		id, err := statID(s.path)
 		switch {
 		case err != nil:
@@ -140,13 +187,23 @@ func (s *FileStore) Watch(ctx context.Context, fn func(Snapshot)) error {
 			}
 			missing = true
 		case id == last:
+			closed = false // whatever was closed is what was read
 		case id != settling:
 			// Changed: read it on the next tick if it stays the same, so a
 			// writer that truncates and then writes (an editor, a shell
 			// redirect) is not caught half-way, with an empty set.
 			missing, settling = false, id
+		case cw != nil && !first && id.ino == last.ino && !closed:
+			// Changed in place and still open for writing: wait.
+			if !waiting {
+				s.log.Info("policy file changed but its writer has not closed it; waiting (replace the file by rename to apply at once)", "path", s.path)
+			}
+			waiting = true
 		default:
-			missing, last = false, id
+			if cw != nil && id.ino != last.ino {
+				cw.rewatch(s.path) // before reading: a close from now on is seen
+			}
+			missing, last, closed, waiting = false, id, false, false
 			data, f, err := s.read()
 			if data == nil {
 				s.log.Warn("policy file unreadable; keeping the last set", "path", s.path, "err", err)

@@ -131,10 +131,27 @@ func (s *NATSStore) Close() error {
 	return nil
 }
 
+// policyKey is the one escaping of a policy id into a key: "." becomes
+// "=". Ids are [A-Za-z0-9_.-] (no "="), so the escaping is injective.
 func policyKey(id string) string { return policyPrefix + strings.ReplaceAll(id, ".", "=") }
 
-func idOfKey(key string) string {
-	return strings.ReplaceAll(strings.TrimPrefix(key, policyPrefix), "=", ".")
+// idOfKey is policyKey's inverse, and nothing more: it accepts only a key
+// policyKey could have written (after the prefix, [A-Za-z0-9_=-] and no
+// "."). Mapping "policy.team.a" to "team.a" too made it an alias of
+// "policy.team=a": one silently overrode the other, and deleting the alias
+// dropped a policy whose document was still stored.
+func idOfKey(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, policyPrefix)
+	if !ok || rest == "" {
+		return "", false
+	}
+	for i := 0; i < len(rest); i++ {
+		c := rest[i]
+		if !(c == '_' || c == '-' || c == '=' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) {
+			return "", false
+		}
+	}
+	return strings.ReplaceAll(rest, "=", "."), true
 }
 
 // decodeStrict decodes JSON, rejecting unknown fields: a field another
@@ -177,7 +194,14 @@ func (st *natsState) apply(e jetstream.KeyValueEntry) {
 			}
 		}
 	case strings.HasPrefix(key, policyPrefix):
-		id := idOfKey(key)
+		id, ok := idOfKey(key)
+		if !ok {
+			// Not a key any policy id maps to: loud, never an alias.
+			if !deleted {
+				st.bad[key] = policy.Problem{Field: "(key)", Msg: fmt.Sprintf("key %q is not the key of a policy id (an id's dots are stored as %q: %q)", key, "=", policyKey(strings.TrimPrefix(key, policyPrefix)))}
+			}
+			return
+		}
 		delete(st.policies, id)
 		if deleted {
 			return

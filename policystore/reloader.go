@@ -42,6 +42,9 @@ type Status struct {
 	// cleared when a later snapshot is applied.
 	Rejected   Rev
 	RejectedAt time.Time
+	// Rejections counts the snapshots rejected since the reloader
+	// started (each revision once), for alerting on a bad push.
+	Rejections uint64
 	Err        error
 }
 
@@ -159,11 +162,17 @@ func (r *Reloader) apply(s Snapshot, target Target) {
 	target.SetPolicies(set)
 	r.applied(s.Rev, set)
 	r.log.Info("policy set applied", "store", source, "rev", uint64(s.Rev), "policies", set.Len())
+	if s.File != nil {
+		for _, w := range policy.Warnings(s.File) {
+			r.log.Warn("policy warning", "rev", uint64(s.Rev), "policy", w.Policy, "field", w.Field, "msg", w.Msg)
+		}
+	}
 }
 
 func (r *Reloader) reject(rev Rev, err error) {
 	r.mu.Lock()
 	r.status.Rejected, r.status.RejectedAt, r.status.Err = rev, time.Now(), err
+	r.status.Rejections++
 	applied := r.status.Applied
 	r.mu.Unlock()
 	problems := problemsOf(err)

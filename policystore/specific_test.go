@@ -237,3 +237,37 @@ func TestReloaderLoadFailsOnABadSet(t *testing.T) {
 	assert.Contains(t, err.Error(), path)
 	assert.Contains(t, err.Error(), `policy "free": limits[0].period`)
 }
+
+// A key that is not the key of any id ("policy.team.a", where the store
+// writes "policy.team=a") is a problem, never an alias: before, it
+// silently overrode team.a, and deleting it dropped team.a from every node.
+func TestNATSKeyAliasIsAProblemNotAnOverride(t *testing.T) {
+	url := natstest.Server(t)
+	s := openURL(t, url)
+	ctx := context.Background()
+	_, err := s.Put(ctx, pol("team.a", 1), policystore.NotExist)
+	require.NoError(t, err)
+
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	kv, err := js.KeyValue(ctx, policystore.Bucket)
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, "policy.team.a", []byte(`{"id":"team.a","per":["tenant"],"limits":[{"name":"per_second","algorithm":"token_bucket","limit":1000,"period":"1s"}]}`))
+	require.NoError(t, err)
+
+	f, _, err := s.Load(ctx)
+	var ve *policy.ValidationError
+	require.ErrorAs(t, err, &ve)
+	assert.Contains(t, err.Error(), `"policy.team.a"`)
+	require.Len(t, f.Policies, 1)
+	assert.Equal(t, int64(1), f.Policies[0].Limits[0].Limit, "the alias did not override team.a")
+
+	require.NoError(t, kv.Delete(ctx, "policy.team.a"))
+	f, _, err = s.Load(ctx)
+	require.NoError(t, err)
+	require.Len(t, f.Policies, 1, "deleting the alias keeps team.a")
+	assert.Equal(t, "team.a", f.Policies[0].ID)
+}

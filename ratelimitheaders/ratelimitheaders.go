@@ -10,7 +10,7 @@
 //	X-RateLimit-Remaining  tokens left in it
 //	X-RateLimit-Reset      seconds until it is full again (throttled: until the request could pass)
 //	Retry-After            throttled only: whole seconds until the request could pass (RFC 9110 delay-seconds)
-//	RateLimit-Policy       every applied limit: "<policy>/<limit>";q=<capacity>;w=<period seconds>
+//	RateLimit-Policy       every applied limit: "<policy>/<limit>";q=<quota per window>;w=<period seconds>
 //	RateLimit              every applied limit: "<policy>/<limit>";r=<remaining>;t=<seconds>
 //
 // RateLimit-Policy and RateLimit follow draft-ietf-httpapi-ratelimit-headers-11
@@ -120,7 +120,14 @@ func policyList(sts []*ratelimitv1.LimitStatus) string {
 			b.WriteString(", ")
 		}
 		writeString(&b, Name(st))
-		writeParam(&b, "q", st.GetLimit())
+		// q is the quota per window w, not the burst: a client pacing at
+		// q/w must meet the sustained rate (a 200/s limit with burst 400
+		// advertised q=400;w=1). Nodes before the quota field send 0.
+		q := st.GetQuota()
+		if q <= 0 {
+			q = st.GetLimit()
+		}
+		writeParam(&b, "q", q)
 		// w must be a positive Integer; a limit without a period has none.
 		if w := st.GetWindowSeconds(); w > 0 {
 			writeParam(&b, "w", w)

@@ -24,6 +24,13 @@ func TestSetThrottledMatchesSeed(t *testing.T) {
 		},
 	})
 	assert.Equal(t, `"api/burst";q=100;w=1, "api/daily";q=50000;w=86400`, h.Get("RateLimit-Policy"))
+
+	// q is the quota per window when the node sends it, not the burst.
+	hq := http.Header{}
+	ratelimitheaders.Set(hq, &ratelimitv1.RateLimitResponse{Limit: 400, Remaining: 399, Statuses: []*ratelimitv1.LimitStatus{
+		{PolicyId: "ip", LimitName: "s", Limit: 400, Quota: 200, Remaining: 399, WindowSeconds: 1},
+	}})
+	assert.Equal(t, `"ip/s";q=200;w=1`, hq.Get("RateLimit-Policy"))
 	// t of the violated limit is capped at Retry-After (draft-11 section 6).
 	assert.Equal(t, `"api/burst";r=0;t=3, "api/daily";r=41000;t=15552`, h.Get("RateLimit"))
 	assert.Equal(t, "3", h.Get("Retry-After"))

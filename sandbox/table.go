@@ -3,6 +3,8 @@ package sandbox
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -47,9 +49,24 @@ try:
   grpcurl -plaintext -d '{"client_identifier":"k0"}' %s hispeeddesign.ratelimit.v1.RateLimiterService/CheckRateLimit
   go run ./cmd/allot-load --target %s \
       --key-field client --keys zipf --key-count 1000 --rate 3000 --duration 30s --ideal-rate 300
-`, sb.cfg.Policies, len(sb.regions), sb.started.Round(10e6), first, strings.Join(targets, ","))
+`, displayPath(sb.cfg.Policies), len(sb.regions), sb.started.Round(10e6), first, strings.Join(targets, ","))
 	if err != nil {
 		return fmt.Errorf("sandbox: write table: %w", err)
 	}
 	return nil
+}
+
+// displayPath is p relative to the working directory when it lies under
+// it, so the printed table (and the README's copy of it) names no path of
+// the machine it ran on.
+func displayPath(p string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return p
+	}
+	rel, err := filepath.Rel(wd, p)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return p
+	}
+	return rel
 }

@@ -119,12 +119,29 @@ func (s *Envoy) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest)
 		// Envoy sends raw_body as its 429 body; make it the same problem
 		// document the HTTP faces send.
 		w := &bodyRecorder{h: h}
-		problem.Write(w, problem.Throttled(merged, ""))
+		problem.Write(w, problem.Throttled(merged, envoyInstance(reqs, out.Statuses)))
 		out.RawBody = w.body
 		h.Del("Content-Length") // Envoy sets its own
 	}
 	out.ResponseHeadersToAdd = headerValues(h)
 	return out, nil
+}
+
+// envoyInstance is raw_body's instance, as the HTTP 429 has one: the
+// route of the first over-limit descriptor that names one (Envoy sends no
+// request path), else "/" .
+func envoyInstance(reqs []decide.Request, sts []*rlsv3.RateLimitResponse_DescriptorStatus) string {
+	for i, st := range sts {
+		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT && reqs[i].Route != "" {
+			return reqs[i].Route
+		}
+	}
+	for i := range reqs {
+		if reqs[i].Route != "" {
+			return reqs[i].Route
+		}
+	}
+	return "/"
 }
 
 func decisionOrNil(d *decide.Decision, err error) *decide.Decision {
@@ -217,13 +234,18 @@ var envoyUnits = [...]struct {
 	{rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
 }
 
-// currentLimit states st as "capacity per period". A period of whole
+// currentLimit states st as "quota per period" (the limit, not its burst:
+// a client pacing at the burst would go twice as fast). A period of whole
 // seconds is the longest unit that divides it, times unit_multiplier
 // (90s is 1m30s: SECOND x 90; 2h is HOUR x 2). A sub-second or fractional
 // period is scaled to SECOND, rounding requests_per_unit down.
 func currentLimit(st *decide.Status) *rlsv3.RateLimitResponse_RateLimit {
 	out := &rlsv3.RateLimitResponse_RateLimit{Name: st.PolicyID + "/" + st.LimitName}
-	capacity := min(max(st.Limit, 0), math.MaxUint32)
+	quota := st.Quota
+	if quota <= 0 {
+		quota = st.Limit
+	}
+	capacity := min(max(quota, 0), math.MaxUint32)
 	if st.Window <= 0 {
 		out.RequestsPerUnit = uint32(capacity) // UNKNOWN unit
 		return out

@@ -20,6 +20,21 @@ import (
 // MaxBatch is the most checks one CheckRateLimitBatch call may carry.
 const MaxBatch = 1000
 
+// MaxMessageBytes is the gRPC receive limit a node sets: the largest legal
+// call, a batch of MaxBatch checks (or an Envoy request of MaxBatch
+// descriptors with the default keys) with every field at its length limit,
+// plus room for the Envoy domain. A larger message cannot be valid, and
+// grpc-go refuses it from its 5-byte length prefix (RESOURCE_EXHAUSTED)
+// before allocating it; grpc-go's 4 MiB default let 200 concurrent ~4 MB
+// messages, all invalid, take a node to 1.3 GB. The tests check a
+// largest legal batch fits.
+const MaxMessageBytes = MaxBatch*maxCheckBytes + 64<<10
+
+// maxCheckBytes bounds one legal check on the wire: the field limits of
+// decide.Input (2,048 + 3 x 256 + 64 + 16 bytes) plus tags, lengths and,
+// for Envoy, the entries' key names.
+const maxCheckBytes = 3200
+
 // Checker decides one validated request. *decide.Decider is one.
 type Checker interface {
 	Check(ctx context.Context, r *decide.Request) (decide.Decision, error)
@@ -84,8 +99,21 @@ func (s *GRPC) observeErr(ctx context.Context, err error, start time.Time) {
 	}
 }
 
+// Undoer is implemented by checkers that can give back what an allowed
+// decision took (*decide.Decider does).
+type Undoer interface {
+	Undo(ctx context.Context, r *decide.Request, d decide.Decision)
+}
+
+// undoTimeout bounds the refunds of a batch that failed midway; they run
+// after the caller's context ended, so they need their own deadline.
+const undoTimeout = 250 * time.Millisecond
+
 // CheckRateLimitBatch validates every check first, so a bad one fails the
-// call before anything is counted, then decides each in order.
+// call before anything is counted, then decides each in order. If a check
+// fails midway (the call's deadline passed, or it was cancelled), the
+// call answers only the error, so the checks already decided are given
+// back (Undoer): a failed batch counts nothing, as a bad one does.
 func (s *GRPC) CheckRateLimitBatch(ctx context.Context, in *ratelimitv1.BatchRateLimitRequest) (*ratelimitv1.BatchRateLimitResponse, error) {
 	if n := len(in.GetRequests()); n > MaxBatch {
 		return nil, status.Errorf(codes.InvalidArgument, "requests: %d checks exceed the maximum of %d per call", n, MaxBatch)
@@ -100,6 +128,7 @@ func (s *GRPC) CheckRateLimitBatch(ctx context.Context, in *ratelimitv1.BatchRat
 		reqs[i] = r
 	}
 	out := &ratelimitv1.BatchRateLimitResponse{Responses: make([]*ratelimitv1.RateLimitResponse, len(reqs))}
+	decided := make([]decide.Decision, len(reqs))
 	for i := range reqs {
 		var start time.Time
 		if s.observe != nil {
@@ -108,14 +137,29 @@ func (s *GRPC) CheckRateLimitBatch(ctx context.Context, in *ratelimitv1.BatchRat
 		d, err := s.checker.Check(ctx, &reqs[i])
 		if err != nil {
 			s.observeErr(ctx, err, start)
+			s.undo(ctx, reqs[:i], decided[:i])
 			return nil, grpcError(fmt.Errorf("requests[%d]: %w", i, err))
 		}
+		decided[i] = d
 		if s.observe != nil {
 			s.observeDecision(ctx, d, start)
 		}
 		out.Responses[i] = response(&d)
 	}
 	return out, nil
+}
+
+// undo gives back the decisions of a batch that will not be answered.
+func (s *GRPC) undo(ctx context.Context, reqs []decide.Request, decided []decide.Decision) {
+	u, ok := s.checker.(Undoer)
+	if !ok || len(reqs) == 0 {
+		return
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	for i := range reqs {
+		u.Undo(uctx, &reqs[i], decided[i])
+	}
 }
 
 func input(in *ratelimitv1.RateLimitRequest) *decide.Input {
@@ -177,6 +221,7 @@ func statuses(in []decide.Status) []*ratelimitv1.LimitStatus {
 			Remaining:         st.Remaining,
 			ResetAfterSeconds: decide.Seconds(max(st.ResetAfter, st.RetryAfter)),
 			WindowSeconds:     decide.Seconds(st.Window),
+			Quota:             st.Quota,
 			Violated:          st.Violated,
 			Exact:             st.Exact,
 		}

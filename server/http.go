@@ -68,7 +68,9 @@ func NewHTTP(c Checker, opts HTTPOptions) *HTTP {
 	s.mux.HandleFunc("POST /v1/check", s.check)
 	s.mux.HandleFunc("/v1/check", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", http.MethodPost)
-		problem.Write(w, problem.Status(http.StatusMethodNotAllowed, "use POST"))
+		d := problem.Status(http.StatusMethodNotAllowed, "use POST")
+		d.Instance = r.URL.Path // like every other problem this face sends
+		problem.Write(w, d)
 	})
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { plain(w, http.StatusOK, s.withStatus("ok")) })
 	s.mux.HandleFunc("GET /readyz", s.ready)

@@ -103,7 +103,7 @@ func TestHTTPCheckAllowedThenThrottled(t *testing.T) {
 	f, err := ratelimitheaderstest.Parse(resp.Header)
 	require.NoError(t, err)
 	assert.Equal(t, []ratelimitheaderstest.Item{
-		{Name: "free-tier/per_second", Params: map[string]int64{"q": 10, "w": 1}, Keys: []string{"q", "w"}},
+		{Name: "free-tier/per_second", Params: map[string]int64{"q": 5, "w": 1}, Keys: []string{"q", "w"}}, // 5/s, burst 10: q is the quota
 		{Name: "free-tier/per_day", Params: map[string]int64{"q": 1000, "w": 86400}, Keys: []string{"q", "w"}},
 	}, f.Policy)
 	assert.Equal(t, []ratelimitheaderstest.Item{
@@ -228,9 +228,12 @@ func TestHTTPCheckBadInput(t *testing.T) {
 	}
 	resp, err := http.Get(url + "/v1/check")
 	require.NoError(t, err)
+	var p405 problem.Details
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&p405))
 	resp.Body.Close()
 	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
 	assert.Equal(t, "POST", resp.Header.Get("Allow"))
+	assert.Equal(t, "/v1/check", p405.Instance)
 }
 
 func TestHTTPHealthAndReadiness(t *testing.T) {

@@ -188,3 +188,52 @@ func breakerValue(s region.BreakerState) int64 {
 	}
 	return 2
 }
+
+// PolicyStats is what ObservePolicies reports of a node's policy reloader.
+type PolicyStats struct {
+	AppliedRevision uint64    // revision of the set in force
+	AppliedAt       time.Time // when it was applied
+	Policies        int       // policies in it
+	Rejections      uint64    // snapshots rejected since start
+	Rejected        bool      // the latest snapshot was rejected (the set in force is older)
+}
+
+// ObservePolicies registers the policy-set instruments, read from stats
+// at each collection, so a rejected push is visible to alerting and not
+// only in the log: allot_policy_set_rejections (counter),
+// allot_policy_set_rejected (1 while the store's latest set is rejected),
+// allot_policy_set_applied_timestamp (unix seconds),
+// allot_policy_set_applied_revision (the store's revision: a sequence for
+// NATS and PostgreSQL, a content hash for a file, so only its changes
+// mean something) and allot_policy_set_policies.
+func (t *Telemetry) ObservePolicies(stats func() PolicyStats) (func() error, error) {
+	m := t.meter
+	rejections, err1 := m.Int64ObservableCounter("allot_policy_set_rejections",
+		metric.WithDescription("Policy sets the node rejected (it kept the last good set); each store revision once."))
+	rejected, err2 := m.Int64ObservableGauge("allot_policy_set_rejected",
+		metric.WithDescription("1 while the store's latest policy set is rejected and an older set is in force, else 0."))
+	at, err3 := m.Float64ObservableGauge("allot_policy_set_applied_timestamp", metric.WithUnit("s"),
+		metric.WithDescription("When the policy set in force was applied, in Unix seconds."))
+	rev, err4 := m.Float64ObservableGauge("allot_policy_set_applied_revision",
+		metric.WithDescription("Store revision of the policy set in force (NATS/PostgreSQL: a sequence; file: a content hash)."))
+	n, err5 := m.Int64ObservableGauge("allot_policy_set_policies",
+		metric.WithDescription("Policies in the set in force."))
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
+		return nil, fmt.Errorf("telemetry: policy instruments: %w", err)
+	}
+	return t.register(func(_ context.Context, o metric.Observer) error {
+		s := stats()
+		o.ObserveInt64(rejections, int64(min(s.Rejections, 1<<63-1)))
+		var r int64
+		if s.Rejected {
+			r = 1
+		}
+		o.ObserveInt64(rejected, r)
+		if !s.AppliedAt.IsZero() {
+			o.ObserveFloat64(at, float64(s.AppliedAt.UnixNano())/1e9)
+		}
+		o.ObserveFloat64(rev, float64(s.AppliedRevision))
+		o.ObserveInt64(n, int64(s.Policies))
+		return nil
+	}, rejections, rejected, at, rev, n)
+}

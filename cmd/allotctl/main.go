@@ -314,6 +314,9 @@ func (c *cli) applyOrValidate(ctx context.Context, apply bool, path string) erro
 	if err != nil {
 		return err
 	}
+	for _, w := range res.Warnings {
+		fmt.Fprintf(c.errOut, "warning: policy %q: %s: %s\n", w.Policy, w.Field, w.Message)
+	}
 	if !apply {
 		return c.say(res, "valid: the resulting set has %d policies\n", res.Policies)
 	}

@@ -62,6 +62,13 @@ func TestCommands(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(errOut), &p), errOut)
 	assert.Len(t, p.Errors, 2)
 
+	// Valid but a trap: warned about on stderr, exit 0.
+	trap := filepath.Join(t.TempDir(), "trap.yaml")
+	require.NoError(t, os.WriteFile(trap, []byte("id: perimeter\nper: [ip]\nlimits:\n  - {name: s, algorithm: token_bucket, limit: 200, period: 1s}\n"), 0o600))
+	code, _, errOut = ctl(t, with("validate", "-f", trap)...)
+	assert.Equal(t, 0, code)
+	assert.Contains(t, errOut, `warning: policy "perimeter": per: keys on ip`)
+
 	code, _, errOut = ctl(t, "--server", srv.URL, "delete", "login")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errOut, "401")

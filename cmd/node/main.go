@@ -18,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"strings"
@@ -48,6 +49,7 @@ func run(args []string) error {
 	adminToken := fs.String("admin-token", "", "bearer token admin API writes must present")
 	logger := cli.LogLevel(fs, "info", os.Stderr)
 	shutdown := fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight calls may run after SIGTERM")
+	drain := fs.Duration("drain-period", node.DefaultDrainPeriod, "after SIGTERM, how long the node keeps serving while /readyz answers 503 and gRPC health NOT_SERVING, before it stops (0: stop at once)")
 	httpAddr := fs.String("http-addr", "127.0.0.1:8080", "HTTP listen address for POST /v1/check, /healthz, /readyz; empty disables")
 	upstream := fs.String("upstream", "", "reverse-proxy mode: forward admitted requests to this http(s) URL")
 	proxyAddr := fs.String("proxy-addr", "127.0.0.1:8090", "listen address of the reverse proxy (with --upstream)")
@@ -64,6 +66,11 @@ func run(args []string) error {
 	maxInFlight := fs.Int("max-inflight", node.DefaultMaxInFlight, "most checks decided at once (every face; batch items count one at a time); more are shed at once: UNAVAILABLE (HTTP 503) \"node overloaded\", counted as outcome shed; negative: no bound")
 	pprofOn := fs.Bool("pprof", false, "also serve the Go runtime profiles (/debug/pprof/) on --metrics-addr (required): for measuring a node")
 	otlpEndpoint := fs.String("otlp-endpoint", "", "OTLP/gRPC collector for traces of checks (http://HOST:4317 plaintext, https:// TLS, or HOST:PORT plaintext); empty exports no spans")
+	grpcMaxConns := fs.Int("grpc-max-connections", node.DefaultGRPCMaxConnections, "most gRPC connections served at once (more wait in the accept queue); -1: unlimited")
+	grpcMaxStreams := fs.Uint("grpc-max-streams", node.DefaultGRPCMaxStreams, "most concurrent gRPC calls on one connection")
+	grpcHandshake := fs.Duration("grpc-handshake-timeout", node.DefaultGRPCHandshakeTimeout, "a gRPC connection that has not finished its TLS handshake and HTTP/2 preface in this long is closed")
+	grpcInFlight := fs.Int("grpc-max-inflight", node.DefaultGRPCMaxInFlight, "most gRPC calls in progress on the node; more are refused with UNAVAILABLE ("node overloaded") before their message is read (bounds memory at about this x 3.1 MiB); -1: unlimited")
+	grpcIdle := fs.Duration("grpc-idle-timeout", node.DefaultGRPCIdleTimeout, "a gRPC connection with no call in flight for this long is closed (clients reconnect)")
 	res := resilienceFlags(fs)
 	multi := multiRegionFlags(fs)
 	transport := transportFlags(fs)
@@ -123,13 +130,21 @@ func run(args []string) error {
 		MetricsAddr:  *metricsAddr,
 		Pprof:        *pprofOn,
 		MaxInFlight:  *maxInFlight,
+		DrainPeriod:  *drain,
+		GRPCLimits: node.GRPCLimits{
+			MaxConnections:   *grpcMaxConns,
+			MaxStreams:       uint32(min(*grpcMaxStreams, math.MaxUint32)),
+			HandshakeTimeout: *grpcHandshake,
+			IdleTimeout:      *grpcIdle,
+			MaxInFlight:      *grpcInFlight,
+		},
 	})
 	if err != nil {
 		return err
 	}
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down", "timeout", *shutdown)
+		log.Info("shutting down", "drain_period", *drain, "timeout", *shutdown)
 	case err := <-n.Done():
 		return fmt.Errorf("grpc server stopped: %w", err)
 	case err := <-n.HTTPFailed():

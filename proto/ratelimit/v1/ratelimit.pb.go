@@ -305,6 +305,7 @@ type LimitStatus struct {
 	WindowSeconds     int64                  `protobuf:"varint,6,opt,name=window_seconds,json=windowSeconds" json:"window_seconds,omitempty"` // the limit's period, for RateLimit-Policy's w
 	Violated          bool                   `protobuf:"varint,7,opt,name=violated" json:"violated,omitempty"`
 	Exact             bool                   `protobuf:"varint,8,opt,name=exact" json:"exact,omitempty"` // false when remaining is a leased estimate
+	Quota             int64                  `protobuf:"varint,9,opt,name=quota" json:"quota,omitempty"` // tokens per window (the limit, not its burst), for RateLimit-Policy's q; 0 from nodes before it
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -393,6 +394,13 @@ func (x *LimitStatus) GetExact() bool {
 		return x.Exact
 	}
 	return false
+}
+
+func (x *LimitStatus) GetQuota() int64 {
+	if x != nil {
+		return x.Quota
+	}
+	return 0
 }
 
 type BatchRateLimitRequest struct {
@@ -512,7 +520,7 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\bDecision\x12\v\n" +
 	"\aALLOWED\x10\x00\x12\r\n" +
 	"\tTHROTTLED\x10\x01\x12\x0f\n" +
-	"\vFAILED_OPEN\x10\x02\"\x86\x02\n" +
+	"\vFAILED_OPEN\x10\x02\"\x9c\x02\n" +
 	"\vLimitStatus\x12\x1b\n" +
 	"\tpolicy_id\x18\x01 \x01(\tR\bpolicyId\x12\x1d\n" +
 	"\n" +
@@ -522,7 +530,8 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x13reset_after_seconds\x18\x05 \x01(\x03R\x11resetAfterSeconds\x12%\n" +
 	"\x0ewindow_seconds\x18\x06 \x01(\x03R\rwindowSeconds\x12\x1a\n" +
 	"\bviolated\x18\a \x01(\bR\bviolated\x12\x14\n" +
-	"\x05exact\x18\b \x01(\bR\x05exact\"a\n" +
+	"\x05exact\x18\b \x01(\bR\x05exact\x12\x14\n" +
+	"\x05quota\x18\t \x01(\x03R\x05quota\"a\n" +
 	"\x15BatchRateLimitRequest\x12H\n" +
 	"\brequests\x18\x01 \x03(\v2,.hispeeddesign.ratelimit.v1.RateLimitRequestR\brequests\"e\n" +
 	"\x16BatchRateLimitResponse\x12K\n" +
