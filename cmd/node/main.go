@@ -69,7 +69,7 @@ func run(args []string) error {
 	grpcMaxConns := fs.Int("grpc-max-connections", node.DefaultGRPCMaxConnections, "most gRPC connections served at once (more wait in the accept queue); -1: unlimited")
 	grpcMaxStreams := fs.Uint("grpc-max-streams", node.DefaultGRPCMaxStreams, "most concurrent gRPC calls on one connection")
 	grpcHandshake := fs.Duration("grpc-handshake-timeout", node.DefaultGRPCHandshakeTimeout, "a gRPC connection that has not finished its TLS handshake and HTTP/2 preface in this long is closed")
-	grpcInFlight := fs.Int("grpc-max-inflight", node.DefaultGRPCMaxInFlight, "most gRPC calls in progress on the node; more are refused with UNAVAILABLE ("node overloaded") before their message is read (bounds memory at about this x 3.1 MiB); -1: unlimited")
+	grpcInFlight := fs.Int("grpc-max-inflight", node.DefaultGRPCMaxInFlight, "most gRPC calls in progress on the node; more are refused with UNAVAILABLE (node overloaded) before their message is read (bounds memory at about this x 3.1 MiB); -1: unlimited")
 	grpcIdle := fs.Duration("grpc-idle-timeout", node.DefaultGRPCIdleTimeout, "a gRPC connection with no call in flight for this long is closed (clients reconnect)")
 	res := resilienceFlags(fs)
 	multi := multiRegionFlags(fs)
