@@ -137,7 +137,7 @@ func TestParsePSI(t *testing.T) {
 	assert.InDelta(t, 96.26, v, 1e-9)
 	_, ok = parsePSI("full avg10=1.00\n")
 	assert.False(t, ok)
-	p := &cpuPressure{read: func() (float64, bool) { return 12, true }}
+	p := &cpuPressure{read: func() (float64, bool) { return 45, true }}
 	assert.True(t, p.contended(t0))
 	p.read = func() (float64, bool) { return 1, true }
 	assert.True(t, p.contended(t0.Add(50*time.Millisecond)), "read at most every 100 ms")

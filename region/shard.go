@@ -373,6 +373,12 @@ func minTime(a, b time.Time) time.Time {
 // silently) is given up on alone, without opening the breaker.
 const pipeStallFactor = 10
 
+// contendedFactor stretches the stall threshold while this process or
+// the machine is short of CPU (check): enough for the 2x delays seen on
+// a saturated 2-core machine, little enough that a frozen Redis is still
+// caught within a few thresholds.
+const contendedFactor = 2
+
 // check judges the shard's calls in flight and in the queue: the watch
 // timer's body.
 //
@@ -416,13 +422,13 @@ func (sh *shard) check() {
 			return
 		case sh.prog.pending():
 			// Replies wait unread: this node is slow, not the shard.
-		case age < sh.s.opts.StallMax && (sh.s.lag.recent(now, th/2, th) || sh.s.cpu.contended(now)):
+		case age < contendedFactor*th && (sh.s.lag.recent(now, th/2, th) || sh.s.cpu.contended(now)):
 			// Goroutines of this process waited that long for a CPU
 			// lately (the pipeline may have reached the socket late, or
 			// its reply been read late), or the machine's CPUs are
 			// contended (a Redis beside this node waits for a CPU too):
-			// silence is judged a stall only after StallMax.
-			sh.armAt(now, minTime(old.sent.Add(sh.s.opts.StallMax), now.Add(max(th/4, time.Millisecond))))
+			// silence is judged a stall only after twice the threshold.
+			sh.armAt(now, minTime(old.sent.Add(contendedFactor*th), now.Add(max(th/4, time.Millisecond))))
 			sh.mu.Unlock()
 			return
 		default:
