@@ -46,3 +46,32 @@ func BenchmarkCheck(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCheckAlone: one caller, one Check at a time. Coalescing must
+// add no wait here (nothing else is in flight, so each Check goes at once).
+func BenchmarkCheckAlone(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		opts []client.Option
+	}{
+		{"single", []client.Option{client.WithMaxBatch(1)}},
+		{"coalesced", nil},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			nd := startNode(b)
+			r := &rpcs{}
+			c := newClient(b, []string{nd.Addr()}, r, bc.opts...)
+			ctx := context.Background()
+			req := &ratelimitv1.RateLimitRequest{TenantId: "big", ClientIdentifier: "alone"}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := c.Check(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+			b.ReportMetric(float64(r.total())/float64(b.N), "rpcs/call")
+		})
+	}
+}
