@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -149,7 +150,14 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 		if strings.TrimSpace(a) == "" {
 			return nil, errors.New("allot client: empty node address")
 		}
-		state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			return nil, fmt.Errorf("allot client: node address %q: %w", a, err)
+		}
+		// TLS checks each node's certificate against its own host, not
+		// the channel's made-up authority ("nodes"); cfg.ServerName, when
+		// set, still wins.
+		state.Addresses = append(state.Addresses, resolver.Address{Addr: a, ServerName: host})
 	}
 	// A manual resolver per client: the addresses are fixed, and grpc's
 	// round_robin balancer with health checking does the rest.

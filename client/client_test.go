@@ -435,4 +435,6 @@ func TestClosedClient(t *testing.T) {
 	assert.ErrorIs(t, err, client.ErrClosed)
 	_, err = client.New(nil)
 	assert.Error(t, err)
+	_, err = client.New([]string{"no-port"})
+	assert.Error(t, err)
 }

@@ -35,7 +35,9 @@ func (c *Client) submit(ctx context.Context, req *ratelimitv1.RateLimitRequest) 
 	if c.cfg.maxBatch == 1 || c.inflight == 0 {
 		// No one to wait for: no added latency.
 		c.inflight++
+		c.sends.Add(1) // Close waits for it too
 		c.mu.Unlock()
+		defer c.sends.Done()
 		resp, err := c.unary(ctx, req)
 		c.finish()
 		return resp, err
