@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/allot-dev/allot/client"
 	"github.com/allot-dev/allot/problem"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 	"github.com/allot-dev/allot/ratelimitheaders"
@@ -39,6 +40,19 @@ type CheckFunc func(ctx context.Context, in *ratelimitv1.RateLimitRequest) (*rat
 func FromClient(c ratelimitv1.RateLimiterServiceClient, opts ...grpc.CallOption) CheckFunc {
 	return func(ctx context.Context, in *ratelimitv1.RateLimitRequest) (*ratelimitv1.RateLimitResponse, error) {
 		return c.CheckRateLimit(ctx, in, opts...)
+	}
+}
+
+// FromAllot checks with Allot nodes through package client: concurrent
+// requests share batch calls, a throttled caller is answered from the
+// client's deny cache until its retry time (header fields then carry the
+// node's last answer with the retry counted down), and calls spread over
+// the client's nodes. Leave the client's FailureMode at FailError (the
+// default) so that the Limiter's own fail-open path (X-RateLimit-Status:
+// Bypass) still applies; opts are passed to every Check.
+func FromAllot(c *client.Client, opts ...client.CallOption) CheckFunc {
+	return func(ctx context.Context, in *ratelimitv1.RateLimitRequest) (*ratelimitv1.RateLimitResponse, error) {
+		return c.Check(ctx, in, opts...)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/allot-dev/allot/client"
 	"github.com/allot-dev/allot/middleware"
 	"github.com/allot-dev/allot/node"
 	"github.com/allot-dev/allot/problem"
@@ -88,9 +89,25 @@ var rateHeaders = []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-Rate
 // TestMiddlewareMatchesHTTPCheck: the same sequence through the middleware
 // and through the node's POST /v1/check gives the same fields and the
 // same problem document.
+// It holds for both ways of asking: the generated gRPC stub and package
+// client (whose deny cache answers nothing here: each 429 is the first
+// throttle of its key).
 func TestMiddlewareMatchesHTTPCheck(t *testing.T) {
-	n, client := startNode(t)
-	url, a := serve(t, middleware.Options{Check: middleware.FromClient(client), Identity: middleware.Identity{APIKeyHeader: "X-API-Key"}, Timeout: patient})
+	for _, via := range []string{"FromClient", "FromAllot"} {
+		t.Run(via, func(t *testing.T) { testMiddlewareMatchesHTTPCheck(t, via) })
+	}
+}
+
+func testMiddlewareMatchesHTTPCheck(t *testing.T, via string) {
+	n, stub := startNode(t)
+	check := middleware.FromClient(stub)
+	if via == "FromAllot" {
+		c, err := client.New([]string{n.Addr()})
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, c.Close()) })
+		check = middleware.FromAllot(c)
+	}
+	url, a := serve(t, middleware.Options{Check: check, Identity: middleware.Identity{APIKeyHeader: "X-API-Key"}, Timeout: patient})
 	viaMiddleware := func() (*http.Response, string) {
 		req, _ := http.NewRequest(http.MethodGet, url+"/v1/orders", nil)
 		req.Header.Set("X-API-Key", "sk_a")
@@ -167,6 +184,23 @@ func TestMiddlewareFailsOpenWhenNodeIsDown(t *testing.T) {
 	require.NoError(t, err)
 	defer conn.Close()
 	url, a := serve(t, middleware.Options{Check: middleware.FromClient(ratelimitv1.NewRateLimiterServiceClient(conn))})
+	req, _ := http.NewRequest(http.MethodGet, url+"/x", nil)
+	resp, _ := do(t, req)
+	assert.Equal(t, 200, resp.StatusCode)
+	assert.Equal(t, "Bypass", resp.Header.Get("X-RateLimit-Status"))
+	assert.Equal(t, int64(1), a.hits.Load())
+}
+
+// Through package client too, a node that is down means Bypass.
+func TestMiddlewareFromAllotFailsOpenWhenNodeIsDown(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := lis.Addr().String()
+	require.NoError(t, lis.Close())
+	c, err := client.New([]string{addr})
+	require.NoError(t, err)
+	defer c.Close()
+	url, a := serve(t, middleware.Options{Check: middleware.FromAllot(c), Timeout: patient})
 	req, _ := http.NewRequest(http.MethodGet, url+"/x", nil)
 	resp, _ := do(t, req)
 	assert.Equal(t, 200, resp.StatusCode)
