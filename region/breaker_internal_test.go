@@ -143,26 +143,3 @@ func TestParsePSI(t *testing.T) {
 	assert.True(t, p.contended(t0.Add(50*time.Millisecond)), "read at most every 100 ms")
 	assert.False(t, p.contended(t0.Add(150*time.Millisecond)))
 }
-
-// The stall threshold follows the 90th percentile of recent round trips:
-// one slow outlier does not stretch it, a shard slow throughout does.
-func TestStallThresholdIgnoresOutliers(t *testing.T) {
-	s := &Store{opts: Options{Timeout: 4 * time.Millisecond, StallMax: 200 * time.Millisecond}}
-	sh := &shard{s: s}
-	for range 63 {
-		sh.observeRTT(t0, 300*time.Microsecond)
-	}
-	sh.observeRTT(t0, 50*time.Millisecond) // one outlier
-	for range 8 {
-		sh.observeRTT(t0, 300*time.Microsecond)
-	}
-	assert.Equal(t, 4*time.Millisecond, sh.threshold(t0), "the floor: 4 x 300 µs is less")
-	for range rttWindow {
-		sh.observeRTT(t0, 10*time.Millisecond)
-	}
-	assert.Equal(t, 40*time.Millisecond, sh.threshold(t0), "4 x the slow round trips")
-	for range rttWindow {
-		sh.observeRTT(t0, time.Second)
-	}
-	assert.Equal(t, 200*time.Millisecond, sh.threshold(t0), "capped at StallMax")
-}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -122,48 +121,44 @@ type shard struct {
 	armed    bool
 	lagged   bool // the last check woke late and deferred judgement
 	probeT   *time.Timer
-	rtts     [rttWindow]time.Duration // the last healthy round trips, a ring
-	rttN     int
-	rttP90   time.Duration // their 90th percentile
-
-	lastUse time.Time
+	rttHigh  time.Duration // highest recent round trip, halving every second
+	rttAt    time.Time
+	lastUse  time.Time
 }
 
 // threshold is how long the shard may hold calls without sending anything
-// back before it counts as stalled: four times the 90th percentile of its
-// recent round trips, within [Options.Timeout, Options.StallMax]. A
-// shard that is slow because the machine is busy has shown slow round
-// trips already, and gets more time; an idle healthy shard answers in
-// well under Options.Timeout. A percentile rather than the highest: one
-// slow round trip (a GC pause, a descheduled moment) must not stretch the
-// threshold, and so the detection of a real fault, for seconds.
-func (sh *shard) threshold(time.Time) time.Duration {
-	return min(max(stallFactor*sh.rttP90, sh.s.opts.Timeout), max(sh.s.opts.StallMax, sh.s.opts.Timeout))
+// back before it counts as stalled: three times its highest recent round
+// trip, within [Options.Timeout, Options.StallMax]. A shard that is slow
+// because this node (or the machine) is busy has shown slow round trips
+// already, and gets more time; an idle healthy shard answers in well
+// under Options.Timeout.
+func (sh *shard) threshold(now time.Time) time.Duration {
+	return min(max(stallFactor*sh.recentHigh(now), sh.s.opts.Timeout), max(sh.s.opts.StallMax, sh.s.opts.Timeout))
 }
 
-// stallFactor and rttWindow shape the stall threshold: a multiple of the
-// 90th percentile of the last rttWindow round trips. On busy shared cores
-// the tail of healthy round trips is long (Redis itself waits for a CPU),
-// and a threshold near it would fail healthy calls.
+// stallFactor and rttHalfLife shape the stall threshold: a multiple of
+// the highest round trip of the last several seconds. On busy shared
+// cores the tail of healthy round trips is long (Redis itself waits for
+// a CPU), and a threshold near it would fail healthy calls.
 const (
 	stallFactor = 4
-	rttWindow   = 64
+	rttHalfLife = 4 * time.Second
 )
 
-// observeRTT records a healthy round trip; the percentile is recomputed
-// every eighth (a sort of 64 durations, off the per-call path).
-func (sh *shard) observeRTT(_ time.Time, rtt time.Duration) {
-	sh.rtts[sh.rttN%rttWindow] = rtt
-	sh.rttN++
-	if sh.rttN%8 != 0 && sh.rttN > 8 {
-		return
+// recentHigh is the highest round trip seen, halved for every
+// rttHalfLife since.
+func (sh *shard) recentHigh(now time.Time) time.Duration {
+	h := sh.rttHigh
+	if el := now.Sub(sh.rttAt); el > 0 {
+		h >>= min(int(el/rttHalfLife), 62)
 	}
-	n := min(sh.rttN, rttWindow)
-	var buf [rttWindow]time.Duration
-	w := buf[:n]
-	copy(w, sh.rtts[:n])
-	slices.Sort(w)
-	sh.rttP90 = w[(n*9)/10]
+	return h
+}
+
+func (sh *shard) observeRTT(now time.Time, rtt time.Duration) {
+	if rtt > sh.recentHigh(now) {
+		sh.rttHigh, sh.rttAt = rtt, now
+	}
 }
 
 // submit queues calls (all for this shard) and sends them if a pipeline
