@@ -121,7 +121,7 @@ type shard struct {
 	armed    bool
 	lagged   bool // the last check woke late and deferred judgement
 	probeT   *time.Timer
-	rttHigh  time.Duration // highest recent round trip, halving every second
+	rttHigh  time.Duration // highest recent round trip, halving every 4 s
 	rttAt    time.Time
 	lastUse  time.Time
 }
