@@ -337,7 +337,10 @@ func (s *Store) Cluster() bool { return s.cluster }
 // the pipelines and probes in flight (they fail at once on the closed
 // client).
 func (s *Store) Close() error {
-	if s.closed.Swap(true) {
+	s.mu.Lock()
+	already := s.closed.Swap(true)
+	s.mu.Unlock()
+	if already {
 		return nil
 	}
 	s.mu.RLock()

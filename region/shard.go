@@ -504,10 +504,15 @@ func (sh *shard) scheduleProbe(now time.Time) {
 // threshold (at least probeFloor) closes it. No request waits for a probe.
 func (sh *shard) probe() {
 	s := sh.s
+	// Under s.mu, so that Close (which sets closed under it) never waits
+	// for the WaitGroup while a probe is being added to it.
+	s.mu.RLock()
 	if s.closed.Load() {
+		s.mu.RUnlock()
 		return
 	}
 	s.wg.Add(1)
+	s.mu.RUnlock()
 	defer s.wg.Done()
 	now := time.Now()
 	sh.mu.Lock()
