@@ -331,7 +331,9 @@ func (p *plan) decide(results []algorithm.Result, cost int64, takes []leasedTake
 				ResetAfter: ir.ResetAfter,
 				Window:     ref.spec.Period,
 				Violated:   !res.Allowed && ir.RetryAfter != 0,
-				Exact:      !ref.policy.Leased,
+				// Decided by the store itself (a cold key of a leased
+				// policy too); the fallback's are marked by markLocal.
+				Exact: true,
 			}
 			if st.Violated {
 				st.RetryAfter = ir.RetryAfter

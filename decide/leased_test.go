@@ -146,8 +146,8 @@ func TestLeasedWaitAndExactCallShareOneTimeout(t *testing.T) {
 // A cold key of a leased policy (lease.Options.ColdExact, as a node runs)
 // is decided on the exact path: its check goes to check.lua (no lease
 // call) and debits the same bucket; checked again soon, the key is
-// leased. All-or-nothing holds across both paths. (Its status still says
-// exact: false, as every leased policy's does.)
+// leased. All-or-nothing holds across both paths. The cold check's status
+// says exact: true (Redis decided it); the leased ones say false.
 func TestColdLeasedKeyDecidedExactly(t *testing.T) {
 	st, err := region.Open(context.Background(), []string{redistest.Server(t).Addr}, region.Options{})
 	require.NoError(t, err)
@@ -165,6 +165,7 @@ func TestColdLeasedKeyDecidedExactly(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, decide.Allowed, dec.Outcome)
 	assert.Equal(t, int64(9), dec.Remaining, "first sight: check.lua debited the bucket")
+	assert.True(t, dec.Statuses[0].Exact, "decided by the store")
 	assert.Equal(t, int64(1), m.Stats().Exact)
 	assert.Zero(t, m.Stats().Calls)
 
@@ -178,6 +179,7 @@ func TestColdLeasedKeyDecidedExactly(t *testing.T) {
 		}
 	}
 	assert.Positive(t, m.Stats().Calls, "then leased")
+	assert.False(t, dec.Statuses[0].Exact, "a leased decision is not exact")
 	assert.Equal(t, 10, allowed, "exact and leased admissions share the bucket: exactly the burst")
 	assert.Equal(t, int64(1), m.Stats().Exact)
 
