@@ -2,8 +2,6 @@ package lua_test
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -38,33 +36,8 @@ func BenchmarkCheckScript(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(usecPerCall(b, c, "evalsha"), "redis-µs/call")
-			b.ReportMetric(usecPerCall(b, c, "hmget")+usecPerCall(b, c, "hset")+usecPerCall(b, c, "pexpire")+usecPerCall(b, c, "time"), "commands-µs/call")
+			b.ReportMetric(redistest.UsecPerCall(b, c, "evalsha"), "redis-µs/call")
+			b.ReportMetric(redistest.UsecPerCall(b, c, "hmget")+redistest.UsecPerCall(b, c, "hset")+redistest.UsecPerCall(b, c, "pexpire")+redistest.UsecPerCall(b, c, "time"), "commands-µs/call")
 		})
 	}
-}
-
-// usecPerCall is INFO commandstats' usec_per_call of cmd.
-func usecPerCall(b *testing.B, c *redis.Client, cmd string) float64 {
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for line := range strings.SplitSeq(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
-		if !ok {
-			continue
-		}
-		for field := range strings.SplitSeq(rest, ",") {
-			if v, ok := strings.CutPrefix(field, "usec_per_call="); ok {
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					b.Fatal(err)
-				}
-				return f
-			}
-		}
-	}
-	b.Fatalf("no cmdstat_%s in INFO commandstats", cmd)
-	return 0
 }

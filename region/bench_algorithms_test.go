@@ -2,12 +2,8 @@ package region_test
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/internal/redistest"
@@ -71,32 +67,5 @@ func benchTake(b *testing.B, g algorithm.Group) {
 		}
 	}
 	b.ReportMetric(float64(denied)/float64(b.N), "denied/op")
-	b.ReportMetric(scriptMicros(b, s.Client()), "redis-µs/call")
-}
-
-// scriptMicros is Redis' own measure of the time EVALSHA spent executing
-// (INFO commandstats usec_per_call): the script's cost without the
-// network and client scheduling, which dominate ns/op on a busy machine.
-func scriptMicros(b *testing.B, c redis.UniversalClient) float64 {
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for line := range strings.SplitSeq(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
-		if !ok {
-			continue
-		}
-		for field := range strings.SplitSeq(rest, ",") {
-			if v, ok := strings.CutPrefix(field, "usec_per_call="); ok {
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					b.Fatal(err)
-				}
-				return f
-			}
-		}
-	}
-	b.Fatal("no cmdstat_evalsha in INFO commandstats")
-	return 0
+	b.ReportMetric(redistest.UsecPerCall(b, s.Client(), "evalsha"), "redis-µs/call")
 }

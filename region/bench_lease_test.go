@@ -34,5 +34,5 @@ func BenchmarkLeaseScript(b *testing.B) {
 			b.Fatal(err, res)
 		}
 	}
-	b.ReportMetric(scriptMicros(b, s.Client()), "redis-µs/call")
+	b.ReportMetric(redistest.UsecPerCall(b, s.Client(), "evalsha"), "redis-µs/call")
 }
