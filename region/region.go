@@ -91,7 +91,7 @@ type Options struct {
 	// go-redis default (10 per GOMAXPROCS).
 	PoolSize int
 	// Timeout is the least stall threshold: a shard that holds calls and
-	// sends nothing back for this long (or for three times its highest
+	// sends nothing back for this long (or for four times its highest
 	// recent round trip, up to StallMax, if that is longer), while no
 	// reply waits unread in this node's sockets, is judged stalled; its
 	// calls fail with ErrStalled and its breaker opens. Zero means

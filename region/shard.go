@@ -127,7 +127,7 @@ type shard struct {
 }
 
 // threshold is how long the shard may hold calls without sending anything
-// back before it counts as stalled: three times its highest recent round
+// back before it counts as stalled: four times its highest recent round
 // trip, within [Options.Timeout, Options.StallMax]. A shard that is slow
 // because this node (or the machine) is busy has shown slow round trips
 // already, and gets more time; an idle healthy shard answers in well
