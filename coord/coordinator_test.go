@@ -216,6 +216,34 @@ func TestStandbyTakesOver(t *testing.T) {
 	require.NotZero(t, standby.ran(), "the standby never ran an epoch")
 }
 
+// A standby polls the lock between epochs: a crashed active's lock is
+// taken within its TTL plus one renewal period, however long the interval
+// (waiting for the next epoch's start made it TTL + interval, which is how
+// the chaos run's 4 s takeover deadline was missed at a 2 s interval and a
+// 2 s TTL).
+func TestStandbyTakesTheLockWithinTTLPlusRenew(t *testing.T) {
+	n := newVnet(t, "a", "b")
+	k := testKnobs()
+	k.Interval = 3 * time.Second
+	k.ShareTTL = 2 * k.Interval
+	const ttl = 300 * time.Millisecond
+	n.add("b", "b", k, 0, testLogger(t))
+	active := n.add("a-1", "a", k, ttl, testLogger(t))
+	n.run(k.Interval / 2) // a-1 takes the lock at its first epoch's start
+	standby := n.add("a-2", "a", k, ttl, testLogger(t))
+	n.run(k.Interval + k.Interval/10) // mid-interval, a-1 renewing
+	require.Equal(t, "a-1", n.locks["a"].holder)
+	n.stop(active, false)
+	crashed := n.now
+	expires := n.locks["a"].until
+	for n.locks["a"].holder != "a-2" {
+		require.True(t, n.now.Before(crashed.Add(k.Interval)), "no takeover within an interval")
+		n.run(10 * time.Millisecond)
+	}
+	require.LessOrEqual(t, n.now.Sub(expires), ttl/3+10*time.Millisecond, "taken %v after the lock expired", n.now.Sub(expires))
+	require.True(t, standby.m.Active())
+}
+
 // An active coordinator keeps its lock through an interval longer than the
 // lock's TTL: it renews while it waits, so the standby never acts.
 func TestActiveKeepsALockShorterThanTheInterval(t *testing.T) {

@@ -48,7 +48,7 @@ type Machine struct {
 	now     time.Time // of the last Tick
 	ticked  bool
 	next    time.Time // start of the next epoch
-	renewAt time.Time // next lock renewal while active (zero: none)
+	renewAt time.Time // next lock renewal (active) or poll (standby); zero: none
 
 	active    bool
 	listening bool                                  // first epoch after becoming active: learn, do not act
@@ -85,8 +85,11 @@ type MachineConfig struct {
 	// MaxPayload bounds one report chunk's encoded size; zero means 1 MiB.
 	MaxPayload int
 	// LockRenew is how often an active machine asks for its lock to be
-	// renewed while it waits inside an epoch; zero asks only at the epoch's
-	// start and before growing (no lock, or a driver that renews itself).
+	// renewed while it waits inside an epoch, and how often a standby asks
+	// for it between epochs, so a crashed active's lock is taken within
+	// its TTL plus LockRenew, not at the next epoch's start. Zero asks only
+	// at the epoch's start and before growing (no lock, or a driver that
+	// renews itself).
 	LockRenew time.Duration
 	Logger    *slog.Logger
 }
@@ -319,6 +322,9 @@ func (m *Machine) Tick(now time.Time) {
 		m.ticked = true
 		m.lastDrain = now
 		m.next = m.nextStart(now)
+		if m.cfg.LockRenew > 0 {
+			m.renewAt = now.Add(m.cfg.LockRenew) // a standby polls the lock
+		}
 	}
 	if !m.renewAt.IsZero() && !now.Before(m.renewAt) && (m.ep == nil || !m.ep.wantHold) {
 		m.out.Hold = true
@@ -652,7 +658,9 @@ func (m *Machine) elect(held bool) {
 	case !held && m.active:
 		m.log.Info("coord: standby")
 		m.active = false
-		m.renewAt = time.Time{}
+		if m.cfg.LockRenew > 0 {
+			m.renewAt = m.now.Add(m.cfg.LockRenew)
+		}
 		clear(m.own)
 		clear(m.weight)
 		clear(m.unsure)
