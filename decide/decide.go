@@ -430,6 +430,9 @@ var ErrStoreUnavailable = errors.New("rate-limit store unavailable")
 // is not failing, the node is — and is answered as an error (gRPC
 // UNAVAILABLE, HTTP 503) for the caller to retry elsewhere or later.
 func IsOverloaded(err error) bool {
+	if err == nil {
+		return false // before o, which escapes to the heap
+	}
 	var o interface{ Overloaded() bool }
 	return errors.As(err, &o) && o.Overloaded()
 }

@@ -114,6 +114,16 @@ func TestObserveCheckDoesNotAllocate(t *testing.T) {
 	assert.Zero(t, allocs)
 }
 
+// Recording a successful Redis call allocates nothing either (classifying
+// its nil error once allocated an errors.As target per call).
+func TestObserveRedisOKDoesNotAllocate(t *testing.T) {
+	tel := newTel(t, telemetry.Config{})
+	ctx := context.Background()
+	tel.ObserveRedis(ctx, "check", nil, time.Microsecond)
+	allocs := testing.AllocsPerRun(1000, func() { tel.ObserveRedis(ctx, "check", nil, time.Microsecond) })
+	assert.Zero(t, allocs)
+}
+
 // A nil Telemetry records nothing and does not panic.
 func TestNilTelemetry(t *testing.T) {
 	var tel *telemetry.Telemetry
