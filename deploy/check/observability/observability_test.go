@@ -239,18 +239,26 @@ func TestQueriedMetricsAreExported(t *testing.T) {
 		"--region=us", "--regions=us,eu", "--nats="+nats, "--demand-period=100ms", "--drain-period=0")
 	coordinator := run(t, filepath.Join(bin, "allot-coordinator"), []string{"metrics"},
 		"--policies="+pf, "--redis="+coordRedis.Addr, "--admin-addr=127.0.0.1:0", "--metrics-addr=127.0.0.1:0",
-		"--region=us", "--regions=us,eu", "--nats="+nats, "--interval=100ms", "--share-ttl=1s", "--lock-ttl=300ms")
+		"--region=us", "--regions=us,eu", "--nats="+nats, "--interval=200ms", "--share-ttl=1s", "--lock-ttl=300ms")
+	// eu's coordinator, on the same NATS server (one server stands for the
+	// gatewayed clusters), so us hears both regions and moves eu's unused
+	// share of the global limit to its demand.
+	run(t, filepath.Join(bin, "allot-coordinator"), []string{"metrics"},
+		"--policies="+pf, "--redis="+redistest.Server(t).Addr, "--admin-addr=127.0.0.1:0", "--metrics-addr=127.0.0.1:0",
+		"--region=eu", "--regions=us,eu", "--nats="+nats, "--interval=200ms", "--share-ttl=1s", "--lock-ttl=300ms")
 
 	// The coordinator's epoch instruments appear once it ran an epoch as
 	// the active coordinator: poll its /metrics (bounded).
 	var coordMetrics map[string]model.MetricType
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		check(t, node["http"], `{"client_identifier":"hot","route":"/global"}`)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		for range 20 {
+			check(t, node["http"], `{"client_identifier":"hot","route":"/global"}`)
+		}
 		coordMetrics = scrape(t, coordinator["metrics"])
-		if _, ok := coordMetrics["allot_rebalance_rounds_total"]; ok {
+		if _, ok := coordMetrics["allot_region_share_ratio"]; ok {
 			break
 		}
-		require.True(t, time.Now().Before(deadline), "the coordinator ran no epoch in 20s")
+		require.True(t, time.Now().Before(deadline), "the coordinator wrote no share in 30s; it exports %v", coordMetrics)
 		time.Sleep(100 * time.Millisecond) // poll interval, not synchronisation
 	}
 	for range 4 { // 2 allowed, then throttled
