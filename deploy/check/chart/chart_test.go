@@ -34,6 +34,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/allot-dev/allot/deploy/check/internal/tool"
+	"github.com/allot-dev/allot/internal/natstest"
 	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/policy"
 )
@@ -422,29 +423,40 @@ func TestRenderRefuses(t *testing.T) {
 }
 
 // TestRenderedProbesAnswer starts a real allot-node and allot-coordinator
-// with the args the default values render (listen addresses moved to free
-// loopback ports, the policy file from the rendered ConfigMap, Redis a
-// real redis-server) and asks the probes' paths on the listeners their
-// ports belong to: the chart's probes and flag values work on the binary
-// as built, not only on paper.
+// with the args the default values and a region's values render (listen
+// addresses moved to free loopback ports, Redis a real redis-server, NATS
+// an embedded server, the policy file from the rendered ConfigMap) and
+// asks the probes' paths on the listeners their ports belong to: the
+// chart's probes and flag values work on the binaries as built, not only
+// on paper.
 func TestRenderedProbesAnswer(t *testing.T) {
-	m := render(t, cases[0])
-	require.Len(t, m.configMaps, 1)
-	dir := t.TempDir()
-	policies := filepath.Join(dir, "policies.yaml")
-	require.NoError(t, os.WriteFile(policies, []byte(m.configMaps[0].Data["policies.yaml"]), 0o600))
-	rds := redistest.Server(t)
+	for _, c := range cases[:2] { // default, us
+		t.Run(c.name, func(t *testing.T) {
+			m := render(t, c)
+			rds := redistest.Server(t)
+			override := map[string]string{"redis": rds.Addr}
+			if len(m.configMaps) == 1 {
+				policies := filepath.Join(t.TempDir(), "policies.yaml")
+				require.NoError(t, os.WriteFile(policies, []byte(m.configMaps[0].Data["policies.yaml"]), 0o600))
+				override["policies"] = policies
+			}
+			node := container(t, m.deployments["node"])
+			if c.region != "" {
+				nats := natstest.Server(t)
+				override["nats"] = nats
+				override["store"] = nats // policies.source: store, the NATS KV
+			}
+			addrs := start(t, node, override, "http serving")
+			for _, p := range []*corev1.Probe{node.ReadinessProbe, node.LivenessProbe} {
+				get(t, "http://"+addrs["http"]+p.HTTPGet.Path)
+			}
+			get(t, "http://"+addrs["metrics"]+"/metrics")
 
-	node := container(t, m.deployments["node"])
-	addrs := start(t, node, map[string]string{"policies": policies, "redis": rds.Addr}, "http serving")
-	for _, p := range []*corev1.Probe{node.ReadinessProbe, node.LivenessProbe} {
-		get(t, "http://"+addrs["http"]+p.HTTPGet.Path)
+			coord := container(t, m.deployments["coordinator"])
+			addrs = start(t, coord, override, "metrics serving")
+			get(t, "http://"+addrs["metrics"]+coord.ReadinessProbe.HTTPGet.Path)
+		})
 	}
-	get(t, "http://"+addrs["metrics"]+"/metrics")
-
-	coord := container(t, m.deployments["coordinator"])
-	addrs = start(t, coord, map[string]string{"policies": policies, "redis": rds.Addr}, "metrics serving")
-	get(t, "http://"+addrs["metrics"]+coord.ReadinessProbe.HTTPGet.Path)
 }
 
 // logAddr reads "msg=... listener=NAME addr=HOST:PORT" from a node's or
