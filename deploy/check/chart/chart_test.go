@@ -9,14 +9,11 @@
 package chart_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -446,28 +443,24 @@ func TestRenderedProbesAnswer(t *testing.T) {
 				override["nats"] = nats
 				override["store"] = nats // policies.source: store, the NATS KV
 			}
-			addrs := start(t, node, override, "http serving")
+			addrs := start(t, node, override)
 			for _, p := range []*corev1.Probe{node.ReadinessProbe, node.LivenessProbe} {
 				get(t, "http://"+addrs["http"]+p.HTTPGet.Path)
 			}
 			get(t, "http://"+addrs["metrics"]+"/metrics")
 
 			coord := container(t, m.deployments["coordinator"])
-			addrs = start(t, coord, override, "metrics serving")
+			addrs = start(t, coord, override)
 			get(t, "http://"+addrs["metrics"]+coord.ReadinessProbe.HTTPGet.Path)
 		})
 	}
 }
 
-// logAddr reads "msg=... listener=NAME addr=HOST:PORT" from a node's or
-// coordinator's text log.
-var logAddr = regexp.MustCompile(`msg="([^"]+)"(?: listener=(\S+))? addr=(\S+)`)
-
 // start runs the container's binary with its rendered args, listen
 // addresses on free loopback ports, gossip off (no peers here) and
-// override's values, and returns the addresses it logged under msg, by
-// listener name (name "" is "metrics" for the coordinator).
-func start(t *testing.T, c corev1.Container, override map[string]string, msg string) map[string]string {
+// override's values, and returns the addresses of its HTTP and metrics
+// listeners (the coordinator has only the latter).
+func start(t *testing.T, c corev1.Container, override map[string]string) map[string]string {
 	t.Helper()
 	var argv []string
 	for name, value := range args(t, c) {
@@ -481,48 +474,11 @@ func start(t *testing.T, c corev1.Container, override map[string]string, msg str
 		}
 		argv = append(argv, "--"+name+"="+value)
 	}
-	cmd := exec.Command(filepath.Join(tool.Binaries(t), binary(t, c)), argv...)
-	cmd.Env = append(os.Environ(), "POD_IP=127.0.0.1", "POD_NAME=test")
-	stderr, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		// SIGKILL: a graceful stop would wait out the drain period.
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	want := 1
-	if msg == "http serving" {
-		want = 2 // http and metrics
+	want := []string{"metrics"}
+	if binary(t, c) == "allot-node" {
+		want = append(want, "http")
 	}
-	found := make(chan map[string]string, 1)
-	var log bytes.Buffer
-	go func() {
-		addrs := map[string]string{}
-		sc := bufio.NewScanner(io.TeeReader(stderr, &log))
-		for sc.Scan() {
-			if mm := logAddr.FindStringSubmatch(sc.Text()); mm != nil && mm[1] == msg {
-				name := mm[2]
-				if name == "" {
-					name = "metrics"
-				}
-				addrs[name] = mm[3]
-				if len(addrs) == want {
-					found <- addrs
-				}
-			}
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-		close(found)
-	}()
-	select {
-	case addrs, ok := <-found:
-		require.True(t, ok, "%s exited before serving:\n%s", c.Name, log.String())
-		return addrs
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s did not log %q in 30s", c.Name, msg)
-	}
-	return nil
+	return tool.Start(t, filepath.Join(tool.Binaries(t), binary(t, c)), []string{"POD_IP=127.0.0.1", "POD_NAME=test"}, want, argv...)
 }
 
 func get(t *testing.T, url string) {

@@ -7,15 +7,12 @@
 package observability_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -234,16 +231,16 @@ func TestQueriedMetricsAreExported(t *testing.T) {
 	coordRedis := redistest.Server(t)
 	nats := natstest.Server(t)
 
-	node := run(t, filepath.Join(bin, "allot-node"), []string{"http"},
+	node := tool.Start(t, filepath.Join(bin, "allot-node"), nil, []string{"http"},
 		"--policies="+pf, "--redis="+rds.Addr, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0",
 		"--region=us", "--regions=us,eu", "--nats="+nats, "--demand-period=100ms", "--drain-period=0")
-	coordinator := run(t, filepath.Join(bin, "allot-coordinator"), []string{"metrics"},
+	coordinator := tool.Start(t, filepath.Join(bin, "allot-coordinator"), nil, []string{"metrics"},
 		"--policies="+pf, "--redis="+coordRedis.Addr, "--admin-addr=127.0.0.1:0", "--metrics-addr=127.0.0.1:0",
 		"--region=us", "--regions=us,eu", "--nats="+nats, "--interval=200ms", "--share-ttl=1s", "--lock-ttl=300ms")
 	// eu's coordinator, on the same NATS server (one server stands for the
 	// gatewayed clusters), so us hears both regions and moves eu's unused
 	// share of the global limit to its demand.
-	run(t, filepath.Join(bin, "allot-coordinator"), []string{"metrics"},
+	tool.Start(t, filepath.Join(bin, "allot-coordinator"), nil, []string{"metrics"},
 		"--policies="+pf, "--redis="+redistest.Server(t).Addr, "--admin-addr=127.0.0.1:0", "--metrics-addr=127.0.0.1:0",
 		"--region=eu", "--regions=us,eu", "--nats="+nats, "--interval=200ms", "--share-ttl=1s", "--lock-ttl=300ms")
 
@@ -326,51 +323,4 @@ func scrape(t *testing.T, addr string) map[string]model.MetricType {
 		}
 	}
 	return out
-}
-
-// listening matches the listen lines of node and coordinator logs:
-// `msg="http serving" listener=http addr=...`, `msg="metrics serving" addr=...`.
-var listening = regexp.MustCompile(`msg="(\w+) serving"(?: listener=(\S+))? addr=(\S+)`)
-
-// run starts binary with args and returns the addresses of the listeners
-// named in want (from its log), once they all listen. The process is
-// killed when the test ends.
-func run(t *testing.T, binary string, want []string, args ...string) map[string]string {
-	t.Helper()
-	cmd := exec.Command(binary, args...)
-	stderr, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	found := make(chan map[string]string, 1)
-	var log bytes.Buffer
-	go func() {
-		defer close(found)
-		addrs := map[string]string{}
-		sc := bufio.NewScanner(io.TeeReader(stderr, &log))
-		for sc.Scan() {
-			m := listening.FindStringSubmatch(sc.Text())
-			if m == nil {
-				continue
-			}
-			name := m[2]
-			if name == "" {
-				name = m[1]
-			}
-			addrs[name] = m[3]
-			if !slices.ContainsFunc(want, func(w string) bool { return addrs[w] == "" }) {
-				found <- addrs
-				_, _ = io.Copy(io.Discard, stderr)
-				return
-			}
-		}
-	}()
-	select {
-	case addrs, ok := <-found:
-		require.True(t, ok, "%s exited before listening:\n%s", filepath.Base(binary), log.String())
-		return addrs
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s did not listen in 30s", filepath.Base(binary))
-	}
-	return nil
 }

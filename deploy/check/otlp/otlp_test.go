@@ -8,16 +8,12 @@
 package otlp_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -153,10 +149,10 @@ func TestSpansReachACollector(t *testing.T) {
 	rds := redistest.Server(t)
 	nats := natstest.Server(t)
 
-	node := run(t, filepath.Join(bin, "allot-node"), []string{"http", "grpc"},
+	node := tool.Start(t, filepath.Join(bin, "allot-node"), []string{"OTEL_BSP_SCHEDULE_DELAY=100"}, []string{"http", "grpc"},
 		"--policies="+pf, "--redis="+rds.Addr, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0",
 		"--otlp-endpoint="+endpoint, "--drain-period=0")
-	run(t, filepath.Join(bin, "allot-coordinator"), []string{"metrics"},
+	tool.Start(t, filepath.Join(bin, "allot-coordinator"), []string{"OTEL_BSP_SCHEDULE_DELAY=100"}, []string{"metrics"},
 		"--policies="+pf, "--redis="+rds.Addr, "--admin-addr=127.0.0.1:0", "--metrics-addr=127.0.0.1:0",
 		"--region=us", "--regions=us,eu", "--nats="+nats, "--interval=200ms", "--share-ttl=1s", "--lock-ttl=300ms",
 		"--otlp-endpoint="+endpoint)
@@ -218,56 +214,4 @@ func TestSpansReachACollector(t *testing.T) {
 		assert.Contains(t, round.attrs, a)
 	}
 	assert.Equal(t, "1", round.attrs["allot.regions_heard"], "eu runs no coordinator here")
-}
-
-// listening matches the listen lines of node and coordinator logs.
-var listening = regexp.MustCompile(`msg="(\w+) serving"(?: listener=(\S+))?(?: addr=(\S+))?(?: grpc=(\S+))?`)
-
-// run starts binary with args, spans batched every 100 ms
-// (OTEL_BSP_SCHEDULE_DELAY, read by the OpenTelemetry SDK), and returns
-// the addresses of the listeners in want once all listen. The process is
-// killed when the test ends.
-func run(t *testing.T, binary string, want []string, args ...string) map[string]string {
-	t.Helper()
-	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), "OTEL_BSP_SCHEDULE_DELAY=100")
-	stderr, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	found := make(chan map[string]string, 1)
-	var log bytes.Buffer
-	go func() {
-		defer close(found)
-		addrs := map[string]string{}
-		sc := bufio.NewScanner(io.TeeReader(stderr, &log))
-		for sc.Scan() {
-			m := listening.FindStringSubmatch(sc.Text())
-			switch {
-			case m == nil:
-				continue
-			case m[4] != "": // msg="node serving" grpc=ADDR
-				addrs["grpc"] = m[4]
-			case m[3] != "":
-				name := m[2]
-				if name == "" {
-					name = m[1]
-				}
-				addrs[name] = m[3]
-			}
-			if !slices.ContainsFunc(want, func(w string) bool { return addrs[w] == "" }) {
-				found <- addrs
-				_, _ = io.Copy(io.Discard, stderr)
-				return
-			}
-		}
-	}()
-	select {
-	case addrs, ok := <-found:
-		require.True(t, ok, "%s exited before listening:\n%s", filepath.Base(binary), log.String())
-		return addrs
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s did not listen in 30s", filepath.Base(binary))
-	}
-	return nil
 }

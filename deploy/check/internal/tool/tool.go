@@ -11,11 +11,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -153,4 +155,66 @@ func Flags(t testing.TB, binary string) map[string]bool {
 		t.Fatalf("%s --help listed %d flags:\n%s", binary, len(flags), out)
 	}
 	return flags
+}
+
+// listening matches the lines node and coordinator log when a listener
+// is up: `msg="http serving" listener=http addr=A` (node HTTP and metrics
+// listeners), `msg="node serving" grpc=A`, `msg="metrics serving" addr=A`
+// (coordinator).
+var listening = regexp.MustCompile(`msg="(\w+) serving"(?: listener=(\S+))?(?: addr=(\S+))?(?: grpc=(\S+))?`)
+
+// Start runs binary with args and env added to the test's environment,
+// waits until every listener named in want (http, metrics, grpc) has
+// logged its address, and returns the addresses by name. The process is
+// killed when the test ends (SIGKILL: a graceful stop would wait out the
+// node's drain period).
+func Start(t testing.TB, binary string, env, want []string, args ...string) map[string]string {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	found := make(chan map[string]string, 1)
+	var log bytes.Buffer // written by the reader only until found is sent or closed
+	go func() {
+		defer close(found)
+		addrs := map[string]string{}
+		sc := bufio.NewScanner(io.TeeReader(stderr, &log))
+		for sc.Scan() {
+			m := listening.FindStringSubmatch(sc.Text())
+			switch {
+			case m == nil:
+				continue
+			case m[4] != "":
+				addrs["grpc"] = m[4]
+			case m[3] != "":
+				name := m[2]
+				if name == "" {
+					name = m[1]
+				}
+				addrs[name] = m[3]
+			}
+			if !slices.ContainsFunc(want, func(w string) bool { return addrs[w] == "" }) {
+				found <- addrs
+				_, _ = io.Copy(io.Discard, stderr) // keep the pipe drained
+				return
+			}
+		}
+	}()
+	select {
+	case addrs, ok := <-found:
+		if !ok {
+			t.Fatalf("%s %s exited before listening:\n%s", filepath.Base(binary), strings.Join(args, " "), log.String())
+		}
+		return addrs
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not listen in 30s", filepath.Base(binary))
+	}
+	return nil
 }
