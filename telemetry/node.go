@@ -7,7 +7,10 @@ import (
 	"net"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/allot-dev/allot/decide"
 	"github.com/allot-dev/allot/lease"
@@ -58,6 +61,12 @@ func (t *Telemetry) ObserveCheck(ctx context.Context, face string, d *decide.Dec
 		}
 	}
 	t.decisions.Add(ctx, 1, t.option("policy", policy, "outcome", out).add...)
+	// Answers by on_store_failure (open, closed, the local fallback) are
+	// also allowed or throttled above; this counter is what says the
+	// region's count was not consulted, for dashboards and alerts.
+	if err == nil && d != nil && d.Degraded {
+		t.degraded.Add(ctx, 1, t.option("policy", policy, "", "").add...)
+	}
 	t.decisionDuration.Record(ctx, elapsed.Seconds(), t.option("face", face, "", "").rec...)
 }
 
@@ -76,8 +85,29 @@ func (t *Telemetry) ObserveRedis(ctx context.Context, op string, err error, elap
 	if t == nil {
 		return
 	}
-	t.redisCalls.Add(ctx, 1, t.option("op", op, "result", redisResult(err)).add...)
+	result := redisResult(err)
+	t.redisCalls.Add(ctx, 1, t.option("op", op, "result", result).add...)
 	t.redisDuration.Record(ctx, elapsed.Seconds(), t.option("op", op, "", "").rec...)
+	t.redisSpan(ctx, op, result, err, elapsed)
+}
+
+// redisSpan records the call as a client span "redis.OP" under the
+// check's span in ctx, after the fact (start = now - elapsed), so the
+// store path carries no tracing code. Calls without a sampled parent (the
+// lease manager's background refills and returns) make no span: they
+// would each be a root trace of their own.
+func (t *Telemetry) redisSpan(ctx context.Context, op, result string, err error, elapsed time.Duration) {
+	if t.sdkTrace == nil || !trace.SpanContextFromContext(ctx).IsSampled() {
+		return
+	}
+	end := time.Now()
+	_, span := t.tracer.Start(ctx, "redis."+op, trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(end.Add(-elapsed)),
+		trace.WithAttributes(attribute.String("db.system.name", "redis"), attribute.String("allot.redis.op", op), attribute.String("allot.redis.result", result)))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, result)
+	}
+	span.End(trace.WithTimestamp(end))
 }
 
 // redisResult classifies a store call's error. A stall

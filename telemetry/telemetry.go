@@ -74,6 +74,7 @@ type Telemetry struct {
 	tracer   trace.Tracer
 
 	decisions        metric.Int64Counter
+	degraded         metric.Int64Counter
 	decisionDuration metric.Float64Histogram
 	redisCalls       metric.Int64Counter
 	redisDuration    metric.Float64Histogram
@@ -161,6 +162,8 @@ func (t *Telemetry) instruments() error {
 	// the units, so the names below become allot_decisions_total,
 	// allot_decision_duration_seconds, ...
 	t.decisions, err = m.Int64Counter("allot_decisions", metric.WithDescription("Checks decided, by deciding policy and outcome (allowed, throttled, failed_open, error)."))
+	keep(err)
+	t.degraded, err = m.Int64Counter("allot_decisions_degraded", metric.WithDescription("Checks answered without the region's count, by the deciding policy's on_store_failure (open, closed or the local fallback), by policy."))
 	keep(err)
 	t.decisionDuration, err = m.Float64Histogram("allot_decision_duration", metric.WithUnit("s"),
 		metric.WithDescription("Time to answer one check, by face (grpc, http, envoy)."),

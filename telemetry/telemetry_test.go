@@ -124,6 +124,46 @@ func TestObserveRedisOKDoesNotAllocate(t *testing.T) {
 	assert.Zero(t, allocs)
 }
 
+// A check decided by on_store_failure counts under its outcome and, once
+// more, as degraded: the counter alerts read to see the store was not
+// consulted.
+func TestObserveCheckDegraded(t *testing.T) {
+	tel := newTel(t, telemetry.Config{})
+	ctx := context.Background()
+	tel.ObserveCheck(ctx, "grpc", &decide.Decision{Outcome: decide.Allowed, PolicyID: "p", Degraded: true}, nil, time.Microsecond)
+	tel.ObserveCheck(ctx, "grpc", &decide.Decision{Outcome: decide.Allowed, PolicyID: "p"}, nil, time.Microsecond)
+	fams := scrape(t, tel)
+	require.Contains(t, fams, "allot_decisions_degraded_total")
+	m := fams["allot_decisions_degraded_total"].GetMetric()
+	require.Len(t, m, 1)
+	assert.Equal(t, 1.0, m[0].GetCounter().GetValue())
+	assert.Equal(t, "p", m[0].GetLabel()[0].GetValue())
+}
+
+// A Redis call under a traced check becomes a client span, child of the
+// check's span, covering the call's elapsed time; one with no parent
+// (a background lease refill) makes none.
+func TestObserveRedisSpan(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tel := newTel(t, telemetry.Config{SpanExporter: exp})
+	tel.ObserveRedis(context.Background(), "lease", nil, time.Millisecond)
+	ctx, parent := tel.Tracer().Start(context.Background(), "check")
+	tel.ObserveRedis(ctx, "take", context.DeadlineExceeded, 2*time.Millisecond)
+	parent.End()
+	spans := exp.GetSpans()
+	require.Len(t, spans, 2)
+	redis := spans[0]
+	assert.Equal(t, "redis.take", redis.Name)
+	assert.Equal(t, parent.SpanContext().SpanID(), redis.Parent.SpanID())
+	assert.Equal(t, 2*time.Millisecond, redis.EndTime.Sub(redis.StartTime))
+	attrs := map[string]string{}
+	for _, a := range redis.Attributes {
+		attrs[string(a.Key)] = a.Value.String()
+	}
+	assert.Equal(t, map[string]string{"db.system.name": "redis", "allot.redis.op": "take", "allot.redis.result": "timeout"}, attrs)
+	assert.Equal(t, "Error", redis.Status.Code.String())
+}
+
 // A nil Telemetry records nothing and does not panic.
 func TestNilTelemetry(t *testing.T) {
 	var tel *telemetry.Telemetry
