@@ -91,8 +91,8 @@ type Options struct {
 	// go-redis default (10 per GOMAXPROCS).
 	PoolSize int
 	// Timeout is the least stall threshold: a shard that holds calls and
-	// sends nothing back for this long (or for four times its highest
-	// recent round trip, up to StallMax, if that is longer), while no
+	// sends nothing back for this long (or for four times its recent slow
+	// round trip, up to StallMax, if that is longer), while no
 	// reply waits unread in this node's sockets, is judged stalled; its
 	// calls fail with ErrStalled and its breaker opens. Zero means
 	// ReadTimeout. Nodes set CallTimeout(--redis-timeout,

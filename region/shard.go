@@ -121,23 +121,23 @@ type shard struct {
 	armed    bool
 	lagged   bool // the last check woke late and deferred judgement
 	probeT   *time.Timer
-	rttHigh  time.Duration // highest recent round trip, halving every 4 s
-	rttAt    time.Time
+	rtt      rttTail // slowest recent round trips, halving every 4 s
 	lastUse  time.Time
 }
 
 // threshold is how long the shard may hold calls without sending anything
-// back before it counts as stalled: four times its highest recent round
-// trip, within [Options.Timeout, Options.StallMax]. A shard that is slow
-// because this node (or the machine) is busy has shown slow round trips
-// already, and gets more time; an idle healthy shard answers in well
-// under Options.Timeout.
+// back before it counts as stalled: four times its recent slow round trip
+// (rttTail: the (2P+1)-th slowest, P = Options.Pipelines), within
+// [Options.Timeout, Options.StallMax]. A shard that is slow because this
+// node (or the machine) is busy has shown slow round trips already, and
+// gets more time; an idle healthy shard answers in well under
+// Options.Timeout, and one hiccup of this process does not stretch it.
 func (sh *shard) threshold(now time.Time) time.Duration {
 	return min(max(stallFactor*sh.recentHigh(now), sh.s.opts.Timeout), max(sh.s.opts.StallMax, sh.s.opts.Timeout))
 }
 
 // stallFactor and rttHalfLife shape the stall threshold: a multiple of
-// the highest round trip of the last several seconds. On busy shared
+// the slow round trips of the last several seconds. On busy shared
 // cores the tail of healthy round trips is long (Redis itself waits for
 // a CPU), and a threshold near it would fail healthy calls.
 const (
@@ -145,21 +145,12 @@ const (
 	rttHalfLife = 4 * time.Second
 )
 
-// recentHigh is the highest round trip seen, halved for every
-// rttHalfLife since.
+// recentHigh is the round trip the stall threshold is a multiple of.
 func (sh *shard) recentHigh(now time.Time) time.Duration {
-	h := sh.rttHigh
-	if el := now.Sub(sh.rttAt); el > 0 {
-		h >>= min(int(el/rttHalfLife), 62)
-	}
-	return h
+	return sh.rtt.rank(now, 2*sh.s.opts.Pipelines+1)
 }
 
-func (sh *shard) observeRTT(now time.Time, rtt time.Duration) {
-	if rtt > sh.recentHigh(now) {
-		sh.rttHigh, sh.rttAt = rtt, now
-	}
-}
+func (sh *shard) observeRTT(now time.Time, rtt time.Duration) { sh.rtt.observe(now, rtt) }
 
 // submit queues calls (all for this shard) and sends them if a pipeline
 // slot is free. It fails them at once (settling each) when the breaker is
