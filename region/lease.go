@@ -227,14 +227,16 @@ func scriptCall(ctx context.Context, p redis.Pipeliner, name, payload string, ke
 	return c
 }
 
+// checkSpec rejects what lease.lua and return.lua cannot take: another
+// algorithm, or numbers out of algorithm.Spec's bounds (which the checks
+// of Take apply too), so a caller that skipped policy compilation cannot
+// make the scripts compute with numbers past 2^53.
 func checkSpec(key string, sp algorithm.Spec) error {
-	switch {
-	case sp.Algorithm != algorithm.TokenBucket:
+	if sp.Algorithm != algorithm.TokenBucket {
 		return fmt.Errorf("key %q: only token buckets can be leased, not %v", key, sp.Algorithm)
-	case sp.Limit <= 0:
-		return fmt.Errorf("key %q: limit %d must be positive", key, sp.Limit)
-	case sp.Period <= 0 || sp.Period%time.Millisecond != 0:
-		return fmt.Errorf("key %q: period %v must be a positive whole number of milliseconds", key, sp.Period)
+	}
+	if err := sp.Validate(); err != nil {
+		return fmt.Errorf("key %q: %w", key, err)
 	}
 	return nil
 }

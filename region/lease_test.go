@@ -168,3 +168,21 @@ func TestLeaseNeverShortensTTL(t *testing.T) {
 	assert.Greater(t, ttl, time.Duration(0), "a new bucket still gets an idle TTL")
 	assert.LessOrEqual(t, ttl, 2*time.Second)
 }
+
+// Lease and Return refuse a spec out of algorithm.Spec's bounds (here a
+// limit past 2^52, where the scripts' doubles stop counting whole
+// tokens) before anything is sent: nothing is written.
+func TestLeaseRefusesSpecsOutOfBounds(t *testing.T) {
+	s := single(t)
+	ctx := context.Background()
+	key := "rl:{tenant=huge}:p:l"
+	huge := tb(1<<53, time.Second, 0)
+	_, err := s.Lease(ctx, []region.LeaseGroup{{{Key: key, Spec: huge, Need: 1, Want: 1}}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), key)
+	_, err = s.Return(ctx, []region.ReturnItem{{Key: key, Spec: huge, Unspent: 1}})
+	require.Error(t, err)
+	n, err := s.Client().Exists(ctx, key).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "nothing written")
+}
