@@ -143,7 +143,12 @@ func (s *Store) Return(ctx context.Context, items []ReturnItem) (int64, error) {
 // run. Every call of the store goes through here, so every call is seen
 // by its shard's breaker.
 func (s *Store) evalAll(ctx context.Context, script *redis.Script, keys [][]string, args [][]any) []*redis.Cmd {
-	r := &request{cmds: make([]*redis.Cmd, len(keys))}
+	r := &request{}
+	if len(keys) == 1 {
+		r.cmds = r.cmd1[:]
+	} else {
+		r.cmds = make([]*redis.Cmd, len(keys))
+	}
 	n := 0
 	for _, k := range keys {
 		if k != nil {
@@ -155,7 +160,12 @@ func (s *Store) evalAll(ctx context.Context, script *redis.Script, keys [][]stri
 	}
 	r.done = make(chan struct{})
 	r.pending.Store(int32(n))
-	calls := make([]call, n)
+	var calls []call
+	if n == 1 {
+		calls = r.call1[:]
+	} else {
+		calls = make([]call, n)
+	}
 	type batch struct {
 		sh    *shard
 		calls []*call
@@ -181,6 +191,9 @@ func (s *Store) evalAll(ctx context.Context, script *redis.Script, keys [][]stri
 		if bi < 0 {
 			batches = append(batches, batch{sh: sh})
 			bi = len(batches) - 1
+			if n == 1 {
+				batches[bi].calls = r.ptr1[:0]
+			}
 		}
 		batches[bi].calls = append(batches[bi].calls, c)
 	}
@@ -212,7 +225,7 @@ func (noRetry) NoRetry() bool { return true }
 
 // scriptCall queues name (EVALSHA or EVAL) of payload (the script's hash
 // or source) on keys with args, as redis.Script does, but marked noRetry.
-func scriptCall(ctx context.Context, p redis.Pipeliner, name, payload string, keys []string, args []any) *redis.Cmd {
+func scriptCall(ctx context.Context, p redis.Pipeliner, name string, payload any, keys []string, args []any) *redis.Cmd {
 	a := make([]any, 0, 3+len(keys)+len(args))
 	a = append(a, name, payload, len(keys))
 	for _, k := range keys {

@@ -41,3 +41,4 @@ func TestRTTTail(t *testing.T) {
 
 	assert.Equal(t, tl.rank(later, rttKeep), tl.rank(later, 100), "rank capped")
 }
+
