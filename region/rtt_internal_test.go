@@ -42,3 +42,11 @@ func TestRTTTail(t *testing.T) {
 	assert.Equal(t, tl.rank(later, rttKeep), tl.rank(later, 100), "rank capped")
 }
 
+// A check that woke late defers by its lateness, within [1 ms, th].
+func TestLateDeferral(t *testing.T) {
+	th := 4 * time.Millisecond
+	assert.Equal(t, time.Millisecond, lateDeferral(100*time.Microsecond, th))
+	assert.Equal(t, 3*time.Millisecond, lateDeferral(3*time.Millisecond, th))
+	assert.Equal(t, th, lateDeferral(20*time.Millisecond, th), "capped at the threshold")
+	assert.Equal(t, time.Millisecond, lateDeferral(20*time.Millisecond, 0))
+}

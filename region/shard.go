@@ -380,6 +380,17 @@ const pipeStallFactor = 10
 // caught within a few thresholds.
 const contendedFactor = 2
 
+// lateDeferral is how long a check that woke late by late defers its
+// judgement: as long as it was late, within [1 ms, th]. A timer that
+// fires late means this process did not run; when the whole machine
+// stalled (a hypervisor pause, seen in the chaos sandbox as every node's
+// shards stalling in the same millisecond and answering 15-35 ms after
+// the send), Redis did not run either and needs about as long again
+// once both run; 1 ms is enough only for replies already in the socket.
+func lateDeferral(late, th time.Duration) time.Duration {
+	return min(max(late, time.Millisecond), max(th, time.Millisecond))
+}
+
 // check judges the shard's calls in flight and in the queue: the watch
 // timer's body.
 //
@@ -389,8 +400,9 @@ const contendedFactor = 2
 // tell a stalled Redis from a busy node: if this node was too busy to
 // read what Redis sent, the bytes are in the socket (or were just read),
 // and the calls wait on. A check that itself woke up late defers its
-// judgement once by a millisecond, so that the runtime's network poller
-// can deliver replies that arrived while the process was not running.
+// judgement once, by as long as it was late (lateDeferral), so that the
+// runtime's network poller can deliver replies that arrived while the
+// process was not running, and a Redis paused with it can answer.
 func (sh *shard) check() {
 	now := time.Now()
 	var settle, refused, shed []*call
@@ -418,7 +430,7 @@ func (sh *shard) check() {
 			}
 		case now.Sub(sh.watchDue) > th/2 && !sh.lagged:
 			sh.lagged = true
-			sh.armAt(now, now.Add(time.Millisecond))
+			sh.armAt(now, now.Add(lateDeferral(now.Sub(sh.watchDue), th)))
 			sh.mu.Unlock()
 			return
 		case sh.prog.pending():
