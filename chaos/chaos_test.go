@@ -5,6 +5,7 @@ package chaos_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -117,6 +118,20 @@ type row struct {
 	recovered, withinBound bool
 }
 
+// chaosLogger writes the sandbox's warnings to the file named by
+// ALLOT_CHAOS_LOG, for finding out why answers were degraded; without it
+// they are discarded.
+func chaosLogger(t *testing.T) *slog.Logger {
+	path := os.Getenv("ALLOT_CHAOS_LOG")
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	return slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
 func TestChaos(t *testing.T) {
 	redistest.Require(t)
 	data, err := os.ReadFile(policies)
@@ -125,7 +140,7 @@ func TestChaos(t *testing.T) {
 	require.NoError(t, err)
 	w := &world{t: t, set: set, proxies: map[string][]*faultproxy.Proxy{}, gateways: map[[2]string]*faultproxy.Proxy{}}
 	sb, err := sandbox.Start(context.Background(), sandbox.Config{
-		Policies: policies, Standby: true,
+		Policies: policies, Standby: true, Logger: chaosLogger(t),
 		RedisProxy: func(region string, _ int, target string) (string, error) {
 			p := faultproxy.New(t, target)
 			w.proxies[region] = append(w.proxies[region], p)
