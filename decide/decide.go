@@ -171,6 +171,8 @@ type plan struct {
 	shadow []bool
 	// regions is n for global policies: see Decider.SetRegions.
 	regions int
+	// out is the storage decide builds the statuses in (CheckAppend).
+	out []Status
 }
 
 func (p *plan) add(subject string, pol *policy.Compiled, cost int64) {
@@ -202,6 +204,14 @@ func sameSubject(key, subject string) bool {
 
 // Check decides r.
 func (d *Decider) Check(ctx context.Context, r *policy.Request) (Decision, error) {
+	return d.CheckAppend(ctx, r, nil)
+}
+
+// CheckAppend decides r as Check does, building the decision's statuses
+// in the storage of statuses: Decision.Statuses is append(statuses[:0], ...), so
+// it shares that array when they fit in its capacity. A caller deciding many
+// checks (a batch) gives them one array instead of one allocation each.
+func (d *Decider) CheckAppend(ctx context.Context, r *policy.Request, statuses []Status) (Decision, error) {
 	set := d.policies.Load()
 	tier := set.Tier(r)
 	cost := set.Cost(r)
@@ -210,7 +220,7 @@ func (d *Decider) Check(ctx context.Context, r *policy.Request) (Decision, error
 	if len(matched) == 0 {
 		return Decision{Outcome: Allowed}, nil
 	}
-	p := plan{regions: d.regions}
+	p := plan{regions: d.regions, out: statuses[:0]}
 	var leasedBuf, exactBuf [8]*policy.Compiled
 	leased, exact := leasedBuf[:0], exactBuf[:0]
 	for _, pol := range matched {
@@ -258,7 +268,7 @@ func (d *Decider) Check(ctx context.Context, r *policy.Request) (Decision, error
 			return Decision{}, fmt.Errorf("check: %w", err)
 		case err != nil:
 			failed, cause = append(failed, exact...), err
-			p, results = plan{regions: d.regions}, nil
+			p, results = plan{regions: d.regions, out: p.out}, nil
 		case len(results) != len(p.groups):
 			d.giveBack(takes)
 			return Decision{}, fmt.Errorf("store answered %d groups for %d", len(results), len(p.groups))
@@ -312,7 +322,7 @@ func (d *Decider) refundTo(ctx context.Context, store Store, p *plan, results []
 func (p *plan) decide(results []algorithm.Result, cost int64, takes []leasedTake) Decision {
 	var dec Decision
 	var deciding *Status
-	dec.Statuses, dec.Shadow = leasedStatuses(takes)
+	dec.Statuses, dec.Shadow = leasedStatuses(takes, p.out[:0])
 	type take struct {
 		i        int // index in dec.Statuses
 		cost     int64
@@ -430,6 +440,9 @@ var ErrStoreUnavailable = errors.New("rate-limit store unavailable")
 // is not failing, the node is — and is answered as an error (gRPC
 // UNAVAILABLE, HTTP 503) for the caller to retry elsewhere or later.
 func IsOverloaded(err error) bool {
+	if err == nil {
+		return false // before errors.As, whose target would escape on every check
+	}
 	var o interface{ Overloaded() bool }
 	return errors.As(err, &o) && o.Overloaded()
 }

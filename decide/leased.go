@@ -134,8 +134,9 @@ func (d *Decider) giveBack(takes []leasedTake) {
 	}
 }
 
-// leasedStatuses turns takes into statuses for plan.decide.
-func leasedStatuses(takes []leasedTake) (st, shadow []Status) {
+// leasedStatuses turns takes into statuses for plan.decide, appended to
+// st (the storage CheckAppend was given).
+func leasedStatuses(takes []leasedTake, st []Status) (_, shadow []Status) {
 	for _, t := range takes {
 		s := Status{
 			PolicyID:   t.pol.ID,

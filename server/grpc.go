@@ -43,8 +43,20 @@ type Checker interface {
 // GRPC implements ratelimitv1.RateLimiterServiceServer.
 type GRPC struct {
 	ratelimitv1.UnimplementedRateLimiterServiceServer
-	checker Checker
-	observe func(ctx context.Context, ev Event)
+	checker  Checker
+	appender AppendChecker // checker, when it is one
+	observe  func(ctx context.Context, ev Event)
+}
+
+// AppendChecker is a Checker that can build a decision's statuses in
+// storage the caller gives (decide.Decider.CheckAppend): Statuses is
+// append(buf[:0], ...). A batch gives all its checks one array, so a
+// check costs no allocation of its own. *decide.Decider is one; a
+// wrapper that embeds it and overrides Check must override CheckAppend
+// too, or batches reach the embedded one directly.
+type AppendChecker interface {
+	Checker
+	CheckAppend(ctx context.Context, r *decide.Request, buf []decide.Status) (decide.Decision, error)
 }
 
 // GRPCOptions configure the gRPC service. The zero value is usable.
@@ -59,6 +71,7 @@ type GRPCOptions struct {
 // is used), so existing callers need no change.
 func NewGRPC(c Checker, opts ...GRPCOptions) *GRPC {
 	s := &GRPC{checker: c}
+	s.appender, _ = c.(AppendChecker)
 	if len(opts) > 0 {
 		s.observe = opts[0].Observe
 	}
@@ -71,12 +84,13 @@ func (s *GRPC) CheckRateLimit(ctx context.Context, in *ratelimitv1.RateLimitRequ
 	if s.observe != nil {
 		start = time.Now()
 	}
-	r, err := input(in).Request()
+	fields := input(in)
+	r, err := fields.Request()
 	if err != nil {
 		s.observeErr(ctx, err, start)
 		return nil, grpcError(err)
 	}
-	d, err := s.checker.Check(ctx, &r)
+	d, err := s.check(ctx, &r, nil)
 	if err != nil {
 		s.observeErr(ctx, err, start)
 		return nil, grpcError(err)
@@ -85,6 +99,15 @@ func (s *GRPC) CheckRateLimit(ctx context.Context, in *ratelimitv1.RateLimitRequ
 		s.observeDecision(ctx, d, start)
 	}
 	return response(&d), nil
+}
+
+// check decides r, with its statuses in buf's storage when the checker
+// can (AppendChecker).
+func (s *GRPC) check(ctx context.Context, r *decide.Request, buf []decide.Status) (decide.Decision, error) {
+	if s.appender != nil {
+		return s.appender.CheckAppend(ctx, r, buf)
+	}
+	return s.checker.Check(ctx, r)
 }
 
 // observeDecision takes d by value: a pointer to the caller's d would
@@ -120,34 +143,46 @@ func (s *GRPC) CheckRateLimitBatch(ctx context.Context, in *ratelimitv1.BatchRat
 	}
 	reqs := make([]decide.Request, len(in.GetRequests()))
 	for i, rq := range in.GetRequests() {
-		r, err := input(rq).Request()
+		fields := input(rq)
+		r, err := fields.Request()
 		if err != nil {
 			s.observeErr(ctx, err, time.Now())
 			return nil, status.Errorf(codes.InvalidArgument, "requests[%d].%v", i, err)
 		}
 		reqs[i] = r
 	}
-	out := &ratelimitv1.BatchRateLimitResponse{Responses: make([]*ratelimitv1.RateLimitResponse, len(reqs))}
 	decided := make([]decide.Decision, len(reqs))
+	// One array holds every check's statuses (AppendChecker); a check
+	// that does not fit in what is left gets a new array for the rest.
+	var spare []decide.Status
 	for i := range reqs {
+		if cap(spare) < batchStatusRoom {
+			spare = make([]decide.Status, 0, 2*(len(reqs)-i)+batchStatusRoom)
+		}
 		var start time.Time
 		if s.observe != nil {
 			start = time.Now()
 		}
-		d, err := s.checker.Check(ctx, &reqs[i])
+		d, err := s.check(ctx, &reqs[i], spare)
 		if err != nil {
 			s.observeErr(ctx, err, start)
 			s.undo(ctx, reqs[:i], decided[:i])
 			return nil, grpcError(fmt.Errorf("requests[%d]: %w", i, err))
 		}
+		if n := len(d.Statuses); n <= cap(spare) {
+			spare = spare[n:n] // d.Statuses lives in spare's array
+		}
 		decided[i] = d
 		if s.observe != nil {
 			s.observeDecision(ctx, d, start)
 		}
-		out.Responses[i] = response(&d)
 	}
-	return out, nil
+	return &ratelimitv1.BatchRateLimitResponse{Responses: responses(decided)}, nil
 }
+
+// batchStatusRoom is the least room left for a batch check's statuses
+// before a new array is made: more than most checks have limits.
+const batchStatusRoom = 8
 
 // undo gives back the decisions of a batch that will not be answered.
 func (s *GRPC) undo(ctx context.Context, reqs []decide.Request, decided []decide.Decision) {
@@ -162,8 +197,10 @@ func (s *GRPC) undo(ctx context.Context, reqs []decide.Request, decided []decide
 	}
 }
 
-func input(in *ratelimitv1.RateLimitRequest) *decide.Input {
-	return &decide.Input{
+// input is the wire request's fields. It returns a value, not a pointer:
+// a pointer would escape to the heap on every check.
+func input(in *ratelimitv1.RateLimitRequest) decide.Input {
+	return decide.Input{
 		Tenant: in.GetTenantId(),
 		Client: in.GetClientIdentifier(),
 		Route:  in.GetRoute(),
@@ -191,42 +228,93 @@ func grpcError(err error) error {
 	return status.Error(codes.Internal, err.Error())
 }
 
+// response is the wire answer of d. Its message and a status live in one
+// allocation when d has at most one status (the common leased answer).
 func response(d *decide.Decision) *ratelimitv1.RateLimitResponse {
-	out := &ratelimitv1.RateLimitResponse{
-		Decision:          ratelimitv1.RateLimitResponse_Decision(d.Outcome),
-		Limit:             d.Limit,
-		Remaining:         d.Remaining,
-		ResetAfterSeconds: decide.Seconds(d.ResetAfter),
-		ViolationReason:   d.Reason,
-		RetryAfterMs:      ceilMillis(d.RetryAfter),
-		PolicyId:          d.PolicyID,
-		Degraded:          d.Degraded,
+	if len(d.Statuses)+len(d.Shadow) > 1 {
+		return responses([]decide.Decision{*d})[0]
 	}
-	out.Statuses = statuses(d.Statuses)
-	out.ShadowViolations = statuses(d.Shadow)
+	one := new(struct {
+		resp ratelimitv1.RateLimitResponse
+		st   ratelimitv1.LimitStatus
+		ptr  [1]*ratelimitv1.LimitStatus
+	})
+	fillResponse(&one.resp, d)
+	for _, in := range [...][]decide.Status{d.Statuses, d.Shadow} {
+		if len(in) == 1 {
+			fillStatus(&one.st, &in[0])
+			one.ptr[0] = &one.st
+		}
+	}
+	switch {
+	case len(d.Statuses) == 1:
+		one.resp.Statuses = one.ptr[:]
+	case len(d.Shadow) == 1:
+		one.resp.ShadowViolations = one.ptr[:]
+	}
+	return &one.resp
+}
+
+// responses is the wire answers of ds, built in four allocations
+// whatever their number: the messages and the statuses each in one
+// array, and the pointer slices the messages hold into them.
+func responses(ds []decide.Decision) []*ratelimitv1.RateLimitResponse {
+	n := 0
+	for i := range ds {
+		n += len(ds[i].Statuses) + len(ds[i].Shadow)
+	}
+	msgs := make([]ratelimitv1.RateLimitResponse, len(ds))
+	out := make([]*ratelimitv1.RateLimitResponse, len(ds))
+	sts := make([]ratelimitv1.LimitStatus, n)
+	ptrs := make([]*ratelimitv1.LimitStatus, n)
+	for i := range ptrs {
+		ptrs[i] = &sts[i]
+	}
+	k := 0
+	// take fills the next len(in) statuses and returns their pointers,
+	// capped so an append by a later user cannot reach a neighbour's.
+	take := func(in []decide.Status) []*ratelimitv1.LimitStatus {
+		if len(in) == 0 {
+			return nil
+		}
+		for j := range in {
+			fillStatus(&sts[k+j], &in[j])
+		}
+		p := ptrs[k : k+len(in) : k+len(in)]
+		k += len(in)
+		return p
+	}
+	for i := range ds {
+		m := &msgs[i]
+		fillResponse(m, &ds[i])
+		m.Statuses = take(ds[i].Statuses)
+		m.ShadowViolations = take(ds[i].Shadow)
+		out[i] = m
+	}
 	return out
 }
 
-func statuses(in []decide.Status) []*ratelimitv1.LimitStatus {
-	if len(in) == 0 {
-		return nil
-	}
-	out := make([]*ratelimitv1.LimitStatus, len(in))
-	for i := range in {
-		st := &in[i]
-		out[i] = &ratelimitv1.LimitStatus{
-			PolicyId:          st.PolicyID,
-			LimitName:         st.LimitName,
-			Limit:             st.Limit,
-			Remaining:         st.Remaining,
-			ResetAfterSeconds: decide.Seconds(max(st.ResetAfter, st.RetryAfter)),
-			WindowSeconds:     decide.Seconds(st.Window),
-			Quota:             st.Quota,
-			Violated:          st.Violated,
-			Exact:             st.Exact,
-		}
-	}
-	return out
+func fillResponse(out *ratelimitv1.RateLimitResponse, d *decide.Decision) {
+	out.Decision = ratelimitv1.RateLimitResponse_Decision(d.Outcome)
+	out.Limit = d.Limit
+	out.Remaining = d.Remaining
+	out.ResetAfterSeconds = decide.Seconds(d.ResetAfter)
+	out.ViolationReason = d.Reason
+	out.RetryAfterMs = ceilMillis(d.RetryAfter)
+	out.PolicyId = d.PolicyID
+	out.Degraded = d.Degraded
+}
+
+func fillStatus(out *ratelimitv1.LimitStatus, st *decide.Status) {
+	out.PolicyId = st.PolicyID
+	out.LimitName = st.LimitName
+	out.Limit = st.Limit
+	out.Remaining = st.Remaining
+	out.ResetAfterSeconds = decide.Seconds(max(st.ResetAfter, st.RetryAfter))
+	out.WindowSeconds = decide.Seconds(st.Window)
+	out.Quota = st.Quota
+	out.Violated = st.Violated
+	out.Exact = st.Exact
 }
 
 // ceilMillis rounds up, so a throttled caller is never told to retry at once.
