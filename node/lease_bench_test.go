@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/loadgen"
 	"github.com/allot-dev/allot/node"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
@@ -51,6 +52,29 @@ func benchNode(b *testing.B) ratelimitv1.RateLimiterServiceClient {
 	require.NoError(b, err)
 	b.Cleanup(func() { conn.Close() })
 	return ratelimitv1.NewRateLimiterServiceClient(conn)
+}
+
+// noopClient is a client of loadgen's no-op RateLimiterService (a
+// default grpc.NewServer that answers ALLOWED unread): grpc-go's own
+// floor for a unary call in this harness, for the "noop" sub-benchmarks.
+func noopClient(b *testing.B) ratelimitv1.RateLimiterServiceClient {
+	b.Helper()
+	srv, err := loadgen.StartNoop("127.0.0.1:0")
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = srv.Close() })
+	conn, err := grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(b, err)
+	b.Cleanup(func() { conn.Close() })
+	return ratelimitv1.NewRateLimiterServiceClient(conn)
+}
+
+// benchClient is the client of a sub-benchmark: the no-op server for
+// "noop", else a node.
+func benchClient(b *testing.B, tier string) ratelimitv1.RateLimiterServiceClient {
+	if tier == "noop" {
+		return noopClient(b)
+	}
+	return benchNode(b)
 }
 
 // latencies gathers per-call times from parallel goroutines.
@@ -93,11 +117,12 @@ func warm(b *testing.B, c ratelimitv1.RateLimiterServiceClient, tier string) {
 
 // BenchmarkGRPCCheck: CheckRateLimit over a real listener and a real
 // redis-server, leased next to exact, same load (b.RunParallel with
-// 16 goroutines per CPU, 64 tenants).
+// 16 goroutines per CPU, 64 tenants). "noop" is the same calls to a
+// server that answers without deciding: the floor of grpc-go itself.
 func BenchmarkGRPCCheck(b *testing.B) {
-	for _, tier := range []string{"leased", "exact"} {
+	for _, tier := range []string{"leased", "exact", "noop"} {
 		b.Run(tier, func(b *testing.B) {
-			c := benchNode(b)
+			c := benchClient(b, tier)
 			ctx := context.Background()
 			warm(b, c, tier)
 			var lat latencies
@@ -126,11 +151,11 @@ func BenchmarkGRPCCheck(b *testing.B) {
 }
 
 // BenchmarkGRPCBatch100: CheckRateLimitBatch with 100 checks per call
-// (100 tenants), leased next to exact.
+// (100 tenants), leased next to exact, and "noop" (see BenchmarkGRPCCheck).
 func BenchmarkGRPCBatch100(b *testing.B) {
-	for _, tier := range []string{"leased", "exact"} {
+	for _, tier := range []string{"leased", "exact", "noop"} {
 		b.Run(tier, func(b *testing.B) {
-			c := benchNode(b)
+			c := benchClient(b, tier)
 			ctx := context.Background()
 			batch := &ratelimitv1.BatchRateLimitRequest{}
 			for i := range 100 {
