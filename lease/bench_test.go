@@ -37,6 +37,21 @@ func BenchmarkTake(b *testing.B) {
 			}
 		}
 	})
+	// TakeTo, the form the decision path (decide) uses: the Result is
+	// written in place instead of returned.
+	b.Run("hot-key-to", func(b *testing.B) {
+		m, lim := benchManager(b)
+		subj := []byte("tenant=acme,route=/v1/users")
+		_, _ = m.Take(ctx, lim, subj, 1)
+		var r Result
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			if _ = m.TakeTo(ctx, lim, subj, 1, &r); !r.Allowed {
+				b.Fatal("denied")
+			}
+		}
+	})
 	b.Run("hot-key-parallel", func(b *testing.B) {
 		m, lim := benchManager(b)
 		subj := []byte("tenant=acme,route=/v1/users")
