@@ -151,38 +151,75 @@ func (s *GRPC) CheckRateLimitBatch(ctx context.Context, in *ratelimitv1.BatchRat
 		}
 		reqs[i] = r
 	}
-	decided := make([]decide.Decision, len(reqs))
-	// One array holds every check's statuses (AppendChecker); a check
-	// that does not fit in what is left gets a new array for the rest.
-	var spare []decide.Status
+	n := len(reqs)
+	// What undo needs of each decision; Statuses are not kept (their
+	// storage is reused by the next check).
+	decided := make([]decide.Decision, n)
+	msgs := make([]ratelimitv1.RateLimitResponse, n)
+	out := &ratelimitv1.BatchRateLimitResponse{Responses: make([]*ratelimitv1.RateLimitResponse, n)}
+	// Every check builds its statuses in buf (AppendChecker) and they go
+	// to the wire at once, into the arrays of wire.
+	buf := make([]decide.Status, 0, batchStatusRoom)
+	var wire wireStatuses
 	for i := range reqs {
-		if cap(spare) < batchStatusRoom {
-			spare = make([]decide.Status, 0, 2*(len(reqs)-i)+batchStatusRoom)
-		}
 		var start time.Time
 		if s.observe != nil {
 			start = time.Now()
 		}
-		d, err := s.check(ctx, &reqs[i], spare)
+		d, err := s.check(ctx, &reqs[i], buf)
 		if err != nil {
 			s.observeErr(ctx, err, start)
 			s.undo(ctx, reqs[:i], decided[:i])
 			return nil, grpcError(fmt.Errorf("requests[%d]: %w", i, err))
 		}
-		if n := len(d.Statuses); n <= cap(spare) {
-			spare = spare[n:n] // d.Statuses lives in spare's array
-		}
-		decided[i] = d
 		if s.observe != nil {
 			s.observeDecision(ctx, d, start)
 		}
+		m := &msgs[i]
+		fillResponse(m, &d)
+		m.Statuses = wire.add(d.Statuses, n-i)
+		m.ShadowViolations = wire.add(d.Shadow, n-i)
+		out.Responses[i] = m
+		d.Statuses = nil
+		decided[i] = d
 	}
-	return &ratelimitv1.BatchRateLimitResponse{Responses: responses(decided)}, nil
+	return out, nil
 }
 
-// batchStatusRoom is the least room left for a batch check's statuses
-// before a new array is made: more than most checks have limits.
+// batchStatusRoom is the statuses a batch's buffer has room for: more
+// than most checks have limits (a check with more gets an array of its
+// own).
 const batchStatusRoom = 8
+
+// wireStatuses hands out a batch's wire statuses from arrays, a few
+// allocations per batch instead of two per status.
+type wireStatuses struct {
+	sts  []ratelimitv1.LimitStatus
+	ptrs []*ratelimitv1.LimitStatus
+}
+
+// add converts in and returns its wire statuses (nil if none); left is
+// the checks still to come, counting this one, to size a new array by.
+func (w *wireStatuses) add(in []decide.Status, left int) []*ratelimitv1.LimitStatus {
+	if len(in) == 0 {
+		return nil
+	}
+	if len(w.sts) < len(in) {
+		size := max(len(in)*left, batchStatusRoom)
+		w.sts = make([]ratelimitv1.LimitStatus, size)
+		w.ptrs = make([]*ratelimitv1.LimitStatus, size)
+		for i := range w.ptrs {
+			w.ptrs[i] = &w.sts[i]
+		}
+	}
+	for i := range in {
+		fillStatus(&w.sts[i], &in[i])
+	}
+	// Capped, so an append by a later user cannot reach a neighbour's.
+	p := w.ptrs[:len(in):len(in)]
+	w.sts, w.ptrs = w.sts[len(in):], w.ptrs[len(in):]
+	return p
+}
 
 // undo gives back the decisions of a batch that will not be answered.
 func (s *GRPC) undo(ctx context.Context, reqs []decide.Request, decided []decide.Decision) {
@@ -232,7 +269,7 @@ func grpcError(err error) error {
 // allocation when d has at most one status (the common leased answer).
 func response(d *decide.Decision) *ratelimitv1.RateLimitResponse {
 	if len(d.Statuses)+len(d.Shadow) > 1 {
-		return responses([]decide.Decision{*d})[0]
+		return responseSlow(d)
 	}
 	one := new(struct {
 		resp ratelimitv1.RateLimitResponse
@@ -255,42 +292,14 @@ func response(d *decide.Decision) *ratelimitv1.RateLimitResponse {
 	return &one.resp
 }
 
-// responses is the wire answers of ds, built in four allocations
-// whatever their number: the messages and the statuses each in one
-// array, and the pointer slices the messages hold into them.
-func responses(ds []decide.Decision) []*ratelimitv1.RateLimitResponse {
-	n := 0
-	for i := range ds {
-		n += len(ds[i].Statuses) + len(ds[i].Shadow)
-	}
-	msgs := make([]ratelimitv1.RateLimitResponse, len(ds))
-	out := make([]*ratelimitv1.RateLimitResponse, len(ds))
-	sts := make([]ratelimitv1.LimitStatus, n)
-	ptrs := make([]*ratelimitv1.LimitStatus, n)
-	for i := range ptrs {
-		ptrs[i] = &sts[i]
-	}
-	k := 0
-	// take fills the next len(in) statuses and returns their pointers,
-	// capped so an append by a later user cannot reach a neighbour's.
-	take := func(in []decide.Status) []*ratelimitv1.LimitStatus {
-		if len(in) == 0 {
-			return nil
-		}
-		for j := range in {
-			fillStatus(&sts[k+j], &in[j])
-		}
-		p := ptrs[k : k+len(in) : k+len(in)]
-		k += len(in)
-		return p
-	}
-	for i := range ds {
-		m := &msgs[i]
-		fillResponse(m, &ds[i])
-		m.Statuses = take(ds[i].Statuses)
-		m.ShadowViolations = take(ds[i].Shadow)
-		out[i] = m
-	}
+// responseSlow is the wire answer of a decision with more than one
+// status.
+func responseSlow(d *decide.Decision) *ratelimitv1.RateLimitResponse {
+	out := &ratelimitv1.RateLimitResponse{}
+	fillResponse(out, d)
+	var wire wireStatuses
+	out.Statuses = wire.add(d.Statuses, 1)
+	out.ShadowViolations = wire.add(d.Shadow, 1)
 	return out
 }
 
