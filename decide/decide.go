@@ -173,9 +173,28 @@ type plan struct {
 	regions int
 	// out is the storage decide builds the statuses in (CheckAppend).
 	out []Status
+	// room is storage for the first groups and items, made by the first
+	// add: one allocation where the slices cost five. Nil for a check
+	// with no exact policy (the leased path allocates nothing here).
+	room *planRoom
+}
+
+// planRoom holds a typical check's plan: up to two groups and four
+// items in all. More spill to the heap by append.
+type planRoom struct {
+	groups [2]algorithm.Group
+	refs   [2][]ref
+	shadow [2]bool
+	items  [4]algorithm.Item
+	irefs  [4]ref
+	used   int // items (and irefs) handed out
 }
 
 func (p *plan) add(subject string, pol *policy.Compiled, cost int64) {
+	if p.room == nil && p.groups == nil {
+		p.room = &planRoom{}
+		p.groups, p.refs, p.shadow = p.room.groups[:0], p.room.refs[:0], p.room.shadow[:0]
+	}
 	gi := -1
 	for i := range p.groups {
 		if p.shadow[i] == pol.Shadow && sameSubject(p.groups[i][0].Key, subject) {
@@ -184,8 +203,17 @@ func (p *plan) add(subject string, pol *policy.Compiled, cost int64) {
 		}
 	}
 	if gi < 0 {
-		p.groups = append(p.groups, nil)
-		p.refs = append(p.refs, nil)
+		var items []algorithm.Item
+		var irefs []ref
+		if r := p.room; r != nil && r.used+len(pol.Limits) <= len(r.items) {
+			// Capped at this policy's limits: a later policy appending to
+			// the group reallocates rather than overwrite another group.
+			n := r.used + len(pol.Limits)
+			items, irefs = r.items[r.used:r.used:n], r.irefs[r.used:r.used:n]
+			r.used = n
+		}
+		p.groups = append(p.groups, items)
+		p.refs = append(p.refs, irefs)
 		p.shadow = append(p.shadow, pol.Shadow)
 		gi = len(p.groups) - 1
 	}
