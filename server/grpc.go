@@ -90,7 +90,9 @@ func (s *GRPC) CheckRateLimit(ctx context.Context, in *ratelimitv1.RateLimitRequ
 		s.observeErr(ctx, err, start)
 		return nil, grpcError(err)
 	}
-	d, err := s.check(ctx, &r, nil)
+	// One allocation holds the decision's statuses and the answer.
+	a := new(wireAnswer)
+	d, err := s.check(ctx, &r, a.statuses[:0])
 	if err != nil {
 		s.observeErr(ctx, err, start)
 		return nil, grpcError(err)
@@ -98,7 +100,7 @@ func (s *GRPC) CheckRateLimit(ctx context.Context, in *ratelimitv1.RateLimitRequ
 	if s.observe != nil {
 		s.observeDecision(ctx, d, start)
 	}
-	return response(&d), nil
+	return a.fill(&d), nil
 }
 
 // check decides r, with its statuses in buf's storage when the checker
@@ -268,28 +270,43 @@ func grpcError(err error) error {
 // response is the wire answer of d. Its message and a status live in one
 // allocation when d has at most one status (the common leased answer).
 func response(d *decide.Decision) *ratelimitv1.RateLimitResponse {
+	return new(wireOne).fill(d)
+}
+
+// wireOne is one check's wire answer with room for its status.
+type wireOne struct {
+	resp ratelimitv1.RateLimitResponse
+	st   ratelimitv1.LimitStatus
+	ptr  [1]*ratelimitv1.LimitStatus
+}
+
+// wireAnswer is a wireOne with room for the decision's statuses before
+// (decide.Decider.CheckAppend): a single gRPC check's answer is one
+// allocation.
+type wireAnswer struct {
+	wireOne
+	statuses [2]decide.Status
+}
+
+// fill builds the answer of d in a, and returns it.
+func (a *wireOne) fill(d *decide.Decision) *ratelimitv1.RateLimitResponse {
 	if len(d.Statuses)+len(d.Shadow) > 1 {
 		return responseSlow(d)
 	}
-	one := new(struct {
-		resp ratelimitv1.RateLimitResponse
-		st   ratelimitv1.LimitStatus
-		ptr  [1]*ratelimitv1.LimitStatus
-	})
-	fillResponse(&one.resp, d)
+	fillResponse(&a.resp, d)
 	for _, in := range [...][]decide.Status{d.Statuses, d.Shadow} {
 		if len(in) == 1 {
-			fillStatus(&one.st, &in[0])
-			one.ptr[0] = &one.st
+			fillStatus(&a.st, &in[0])
+			a.ptr[0] = &a.st
 		}
 	}
 	switch {
 	case len(d.Statuses) == 1:
-		one.resp.Statuses = one.ptr[:]
+		a.resp.Statuses = a.ptr[:]
 	case len(d.Shadow) == 1:
-		one.resp.ShadowViolations = one.ptr[:]
+		a.resp.ShadowViolations = a.ptr[:]
 	}
-	return &one.resp
+	return &a.resp
 }
 
 // responseSlow is the wire answer of a decision with more than one
