@@ -84,15 +84,17 @@ func (s *GRPC) CheckRateLimit(ctx context.Context, in *ratelimitv1.RateLimitRequ
 	if s.observe != nil {
 		start = time.Now()
 	}
+	// One allocation holds the request, the decision's statuses and the
+	// answer (the request escapes through the Checker interface).
+	a := new(wireAnswer)
 	fields := input(in)
-	r, err := fields.Request()
+	var err error
+	a.req, err = fields.Request()
 	if err != nil {
 		s.observeErr(ctx, err, start)
 		return nil, grpcError(err)
 	}
-	// One allocation holds the decision's statuses and the answer.
-	a := new(wireAnswer)
-	d, err := s.check(ctx, &r, a.statuses[:0])
+	d, err := s.check(ctx, &a.req, a.statuses[:0])
 	if err != nil {
 		s.observeErr(ctx, err, start)
 		return nil, grpcError(err)
@@ -280,12 +282,13 @@ type wireOne struct {
 	ptr  [1]*ratelimitv1.LimitStatus
 }
 
-// wireAnswer is a wireOne with room for the decision's statuses before
-// (decide.Decider.CheckAppend): a single gRPC check's answer is one
-// allocation.
+// wireAnswer is a wireOne with room for the request and the decision's
+// statuses before (decide.Decider.CheckAppend): a single gRPC check's
+// request, statuses and answer are one allocation.
 type wireAnswer struct {
 	wireOne
 	statuses [2]decide.Status
+	req      decide.Request
 }
 
 // fill builds the answer of d in a, and returns it.
