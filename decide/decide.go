@@ -173,20 +173,21 @@ type plan struct {
 	regions int
 	// out is the storage decide builds the statuses in (CheckAppend).
 	out []Status
-	// room is storage for the first groups and items, made by the first
+	// room is storage for the first group and items, made by the first
 	// add: one allocation where the slices cost five. Nil for a check
 	// with no exact policy (the leased path allocates nothing here).
 	room *planRoom
 }
 
-// planRoom holds a typical check's plan: up to two groups and four
-// items in all. More spill to the heap by append.
+// planRoom holds a typical check's plan: one group of up to two items
+// (272 bytes; room for more cost every check its bytes). More spill to
+// the heap by append.
 type planRoom struct {
-	groups [2]algorithm.Group
-	refs   [2][]ref
-	shadow [2]bool
-	items  [4]algorithm.Item
-	irefs  [4]ref
+	groups [1]algorithm.Group
+	refs   [1][]ref
+	shadow [1]bool
+	items  [2]algorithm.Item
+	irefs  [2]ref
 	used   int // items (and irefs) handed out
 }
 
