@@ -38,9 +38,13 @@ lint:
 	go tool staticcheck ./...
 
 # Regenerates proto/ with pinned generators: buf (compiler) at BUF_VERSION,
-# protoc-gen-go and protoc-gen-go-grpc at the versions go.mod's tool lines pin.
+# protoc-gen-go, protoc-gen-go-grpc and protoc-gen-go-vtproto at the
+# versions go.mod's tool lines pin. vtprotobuf's marshalling of the node's
+# messages (server.WireCodec) comes from a proto3 twin of ratelimit.proto
+# (scripts/vtproto.sh says why).
 proto:
 	go run github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION) generate
+	./scripts/vtproto.sh go run github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 
 bench:
 	go test -run '^$$' -bench . -benchmem ./...

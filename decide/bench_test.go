@@ -12,6 +12,7 @@ import (
 
 	"github.com/allot-dev/allot/decide"
 	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/memstore"
 	"github.com/allot-dev/allot/policy"
 	"github.com/allot-dev/allot/region"
@@ -101,4 +102,55 @@ func runConcurrent(b *testing.B, d *decide.Decider, conc int) {
 	}{{"p50", 0.50}, {"p99", 0.99}, {"p999", 0.999}} {
 		b.ReportMetric(float64(all[int(q.p*float64(len(all)-1))].Microseconds()), q.name+"-µs")
 	}
+}
+
+// BenchmarkLeasedDecision is one leased decision in process: policy
+// matching, the subject, the lease take and the statuses, with the lease
+// manager over a real redis-server (refills are rare: the limit is high
+// and the grants large). "check" is Check, "append" CheckAppend with a
+// reused status buffer, as a batch decides.
+func BenchmarkLeasedDecision(b *testing.B) {
+	st, err := region.Open(context.Background(), []string{redistest.Server(b).Addr}, region.Options{})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = st.Close() })
+	m, err := lease.New(lease.Options{Source: st})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = m.Close(context.Background()) })
+	set, err := policy.Load("bench", []byte(`
+policies:
+  - id: tenant
+    per: [tenant]
+    precision: leased
+    lease: {target_period: 10s, ttl: 20s}
+    limits:
+      - {name: per_second, algorithm: token_bucket, limit: 1000000000, period: 1s}
+`))
+	require.NoError(b, err)
+	d := decide.New(st, set, nil)
+	d.UseLeases(m)
+	r, err := (&decide.Input{Tenant: "org_bench", Route: "/v1/x", Method: "GET"}).Request()
+	require.NoError(b, err)
+	ctx := context.Background()
+	// Warm: the first takes wait for the key's first grants.
+	for range 1000 {
+		_, err := d.Check(ctx, &r)
+		require.NoError(b, err)
+	}
+	b.Run("check", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if dec, err := d.Check(ctx, &r); err != nil || dec.Outcome != decide.Allowed {
+				b.Fatal(err, dec.Outcome)
+			}
+		}
+	})
+	b.Run("append", func(b *testing.B) {
+		buf := make([]decide.Status, 0, 8)
+		b.ReportAllocs()
+		for b.Loop() {
+			if dec, err := d.CheckAppend(ctx, &r, buf); err != nil || dec.Outcome != decide.Allowed {
+				b.Fatal(err, dec.Outcome)
+			}
+		}
+	})
 }

@@ -171,9 +171,31 @@ type plan struct {
 	shadow []bool
 	// regions is n for global policies: see Decider.SetRegions.
 	regions int
+	// out is the storage decide builds the statuses in (CheckAppend).
+	out []Status
+	// room is storage for the first group and items, made by the first
+	// add: one allocation where the slices cost five. Nil for a check
+	// with no exact policy (the leased path allocates nothing here).
+	room *planRoom
+}
+
+// planRoom holds a typical check's plan: one group of up to two items
+// (272 bytes; room for more cost every check its bytes). More spill to
+// the heap by append.
+type planRoom struct {
+	groups [1]algorithm.Group
+	refs   [1][]ref
+	shadow [1]bool
+	items  [2]algorithm.Item
+	irefs  [2]ref
+	used   int // items (and irefs) handed out
 }
 
 func (p *plan) add(subject string, pol *policy.Compiled, cost int64) {
+	if p.room == nil && p.groups == nil {
+		p.room = &planRoom{}
+		p.groups, p.refs, p.shadow = p.room.groups[:0], p.room.refs[:0], p.room.shadow[:0]
+	}
 	gi := -1
 	for i := range p.groups {
 		if p.shadow[i] == pol.Shadow && sameSubject(p.groups[i][0].Key, subject) {
@@ -182,8 +204,17 @@ func (p *plan) add(subject string, pol *policy.Compiled, cost int64) {
 		}
 	}
 	if gi < 0 {
-		p.groups = append(p.groups, nil)
-		p.refs = append(p.refs, nil)
+		var items []algorithm.Item
+		var irefs []ref
+		if r := p.room; r != nil && r.used+len(pol.Limits) <= len(r.items) {
+			// Capped at this policy's limits: a later policy appending to
+			// the group reallocates rather than overwrite another group.
+			n := r.used + len(pol.Limits)
+			items, irefs = r.items[r.used:r.used:n], r.irefs[r.used:r.used:n]
+			r.used = n
+		}
+		p.groups = append(p.groups, items)
+		p.refs = append(p.refs, irefs)
 		p.shadow = append(p.shadow, pol.Shadow)
 		gi = len(p.groups) - 1
 	}
@@ -202,6 +233,14 @@ func sameSubject(key, subject string) bool {
 
 // Check decides r.
 func (d *Decider) Check(ctx context.Context, r *policy.Request) (Decision, error) {
+	return d.CheckAppend(ctx, r, nil)
+}
+
+// CheckAppend decides r as Check does, building the decision's statuses
+// in the storage of statuses: Decision.Statuses is append(statuses[:0], ...), so
+// it shares that array when they fit in its capacity. A caller deciding many
+// checks (a batch) gives them one array instead of one allocation each.
+func (d *Decider) CheckAppend(ctx context.Context, r *policy.Request, statuses []Status) (Decision, error) {
 	set := d.policies.Load()
 	tier := set.Tier(r)
 	cost := set.Cost(r)
@@ -210,7 +249,7 @@ func (d *Decider) Check(ctx context.Context, r *policy.Request) (Decision, error
 	if len(matched) == 0 {
 		return Decision{Outcome: Allowed}, nil
 	}
-	p := plan{regions: d.regions}
+	p := plan{regions: d.regions, out: statuses[:0]}
 	var leasedBuf, exactBuf [8]*policy.Compiled
 	leased, exact := leasedBuf[:0], exactBuf[:0]
 	for _, pol := range matched {
@@ -258,7 +297,7 @@ func (d *Decider) Check(ctx context.Context, r *policy.Request) (Decision, error
 			return Decision{}, fmt.Errorf("check: %w", err)
 		case err != nil:
 			failed, cause = append(failed, exact...), err
-			p, results = plan{regions: d.regions}, nil
+			p, results = plan{regions: d.regions, out: p.out}, nil
 		case len(results) != len(p.groups):
 			d.giveBack(takes)
 			return Decision{}, fmt.Errorf("store answered %d groups for %d", len(results), len(p.groups))
@@ -312,7 +351,7 @@ func (d *Decider) refundTo(ctx context.Context, store Store, p *plan, results []
 func (p *plan) decide(results []algorithm.Result, cost int64, takes []leasedTake) Decision {
 	var dec Decision
 	var deciding *Status
-	dec.Statuses, dec.Shadow = leasedStatuses(takes)
+	dec.Statuses, dec.Shadow = leasedStatuses(takes, p.out[:0])
 	type take struct {
 		i        int // index in dec.Statuses
 		cost     int64
@@ -431,7 +470,7 @@ var ErrStoreUnavailable = errors.New("rate-limit store unavailable")
 // UNAVAILABLE, HTTP 503) for the caller to retry elsewhere or later.
 func IsOverloaded(err error) bool {
 	if err == nil {
-		return false // before o, which escapes to the heap
+		return false // before errors.As, whose target would escape on every check
 	}
 	var o interface{ Overloaded() bool }
 	return errors.As(err, &o) && o.Overloaded()

@@ -120,6 +120,7 @@ func (d *Decider) byStoreFailure(ctx, storeCtx context.Context, r *policy.Reques
 		groups: slices.Concat(p.groups, local.groups),
 		refs:   slices.Concat(p.refs, local.refs),
 		shadow: slices.Concat(p.shadow, local.shadow),
+		out:    p.out,
 	}
 	dec := all.decide(slices.Concat(results, fb), cost, takes)
 	d.markLocal(&dec, localIDs)

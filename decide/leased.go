@@ -99,20 +99,22 @@ func (d *Decider) takeLeased(ctx context.Context, set *policy.Set, pols []*polic
 		subject := pol.AppendSubject(buf[:0], r, tier)
 		start := len(takes)
 		for i, ll := range lims {
-			res, terr := d.leases.Take(ctx, ll, subject, cost)
-			if terr != nil {
+			// The result is written in place (TakeTo): returning it by
+			// value was a third of the leased decision's time.
+			takes = append(takes, leasedTake{pol: pol, lim: &pol.Limits[i]})
+			res := &takes[len(takes)-1].res
+			terr := d.leases.TakeTo(ctx, ll, subject, cost, res)
+			if terr != nil || res.Exact {
+				takes = takes[:len(takes)-1] // took nothing
 				d.giveBack(takes[start:])
 				takes = takes[:start]
-				failed, err = append(failed, pol), terr
+				if terr != nil {
+					failed, err = append(failed, pol), terr
+				} else {
+					p.add(pol.Subject(r, tier), pol, cost)
+				}
 				break
 			}
-			if res.Exact {
-				d.giveBack(takes[start:])
-				takes = takes[:start]
-				p.add(pol.Subject(r, tier), pol, cost)
-				break
-			}
-			takes = append(takes, leasedTake{pol: pol, lim: &pol.Limits[i], res: res})
 			if !res.Allowed && !pol.Shadow {
 				denied = true
 			}
@@ -134,8 +136,9 @@ func (d *Decider) giveBack(takes []leasedTake) {
 	}
 }
 
-// leasedStatuses turns takes into statuses for plan.decide.
-func leasedStatuses(takes []leasedTake) (st, shadow []Status) {
+// leasedStatuses turns takes into statuses for plan.decide, appended to
+// st (the storage CheckAppend was given).
+func leasedStatuses(takes []leasedTake, st []Status) (_, shadow []Status) {
 	for _, t := range takes {
 		s := Status{
 			PolicyID:   t.pol.ID,

@@ -37,6 +37,21 @@ func BenchmarkTake(b *testing.B) {
 			}
 		}
 	})
+	// TakeTo, the form the decision path (decide) uses: the Result is
+	// written in place instead of returned.
+	b.Run("hot-key-to", func(b *testing.B) {
+		m, lim := benchManager(b)
+		subj := []byte("tenant=acme,route=/v1/users")
+		_, _ = m.Take(ctx, lim, subj, 1)
+		var r Result
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			if _ = m.TakeTo(ctx, lim, subj, 1, &r); !r.Allowed {
+				b.Fatal("denied")
+			}
+		}
+	})
 	b.Run("hot-key-parallel", func(b *testing.B) {
 		m, lim := benchManager(b)
 		subj := []byte("tenant=acme,route=/v1/users")
@@ -78,8 +93,17 @@ func BenchmarkTake(b *testing.B) {
 
 // BenchmarkMemoryPerKey tracks 1,000,000 keys and reports the heap bytes
 // per key (entries, subject strings, tables), measured with
-// runtime.MemStats after a GC.
-func BenchmarkMemoryPerKey(b *testing.B) {
+// runtime.MemStats after a GC. The keys are tracked but hold no lease:
+// what a key checked too rarely to lease costs (Options.ColdExact), most
+// of a large key set. BenchmarkMemoryPerLeasedKey is the same keys each
+// holding a lease.
+func BenchmarkMemoryPerKey(b *testing.B) { benchMemoryPerKey(b, false) }
+
+// BenchmarkMemoryPerLeasedKey is BenchmarkMemoryPerKey with every key
+// holding its lease state, as after its first refill.
+func BenchmarkMemoryPerLeasedKey(b *testing.B) { benchMemoryPerKey(b, true) }
+
+func benchMemoryPerKey(b *testing.B, leased bool) {
 	const keys = 1_000_000
 	for b.Loop() {
 		clk := NewManualClock()
@@ -96,7 +120,10 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 			h := mapBytes(m, s) ^ lim.mix
 			sh := &m.shards[h>>(64-shardBits)]
 			sh.mu.Lock()
-			sh.insert(h, lim, s)
+			e := sh.insert(h, lim, s)
+			if leased {
+				e.holdLocked(lim)
+			}
 			sh.mu.Unlock()
 		}
 		runtime.GC()

@@ -4,34 +4,45 @@ import (
 	"sync/atomic"
 )
 
-// entry is one tracked key: the tokens this node holds for it and what is
-// needed to refill them. Its size is the per-key memory cost, so fields
-// are as small as the maths allows (112 bytes; see BenchmarkMemoryPerKey).
+// entry is one tracked key. Its size is the per-key memory cost of a
+// key that is tracked but holds no lease (48 bytes; see
+// BenchmarkMemoryPerKey): with Options.ColdExact most of a large key set
+// is such keys, checked too rarely to lease, for which only seen is
+// written. What a leased key needs (its tokens, expiries, pace and
+// refill state) is its held, allocated when its first refill is queued
+// and never replaced.
+type entry struct {
+	subject string
+	lim     atomic.Pointer[Limit]
+	held    atomic.Pointer[held] // nil until the first refill is queued
+	// seen is the clock ns of the last Take sent to the exact path
+	// because the key was cold (Options.ColdExact); 0 if none.
+	seen  atomic.Int64
+	flags atomic.Uint32
+	// hash is the low half of the key's hash: the table's probe filter
+	// and slot (a shard's table never reaches 2^32 slots).
+	hash uint32
+}
+
+// held is what a leased key needs: 64 bytes.
 //
 // Tokens on hand live in two lease generations packed in gens, so that
 // a refill never extends the life of tokens from an earlier grant: cur
 // holds the newest grant (void from curExp on), old holds what was left
 // of earlier grants (void from oldExp on, oldExp <= curExp). One CAS on
 // gens takes from both at once.
-type entry struct {
-	hash    uint64
-	subject string
-	lim     atomic.Pointer[Limit]
-	gens    atomic.Uint64 // old<<32 | cur, each an int32 token count
-	curExp  atomic.Int64  // clock ns; 0 = never leased
-	oldExp  atomic.Int64
+type held struct {
+	gens   atomic.Uint64 // old<<32 | cur, each an int32 token count
+	curExp atomic.Int64  // clock ns; 0 = never leased
+	oldExp atomic.Int64
 	// denyTil is the clock ns until which the key is denied from memory
 	// once its tokens on hand are spent, and no refill is sent: the region
 	// bucket was empty or too low for a useful grant (see Pace). 0 after an
 	// answer that left a useful grant in the bucket.
 	denyTil atomic.Int64
-	// seen is the clock ns of the last Take sent to the exact path
-	// because the key was cold (Options.ColdExact); 0 if none.
-	seen   atomic.Int64
-	demand *demand // nil unless the limit is global-scope
-	flags  atomic.Uint32
-	wm     atomic.Int32 // refill when on hand <= wm
-	left   atomic.Int32 // region bucket tokens after the last grant (for Remaining), capped
+	demand  *demand      // nil unless the limit is global-scope
+	wm      atomic.Int32 // refill when on hand <= wm
+	left    atomic.Int32 // region bucket tokens after the last grant (for Remaining), capped
 	// Written only by the refill of this entry (one at a time) and read by
 	// the next one: the recent-rate estimate, what was on hand just after
 	// the last grant, and the bucket's effective rate (tokens/s) from the
@@ -39,6 +50,20 @@ type entry struct {
 	rate     float32
 	lastHand int32
 	bucket   float32
+}
+
+// holdLocked returns e's held, making it. The caller holds the shard lock
+// (so two are never made).
+func (e *entry) holdLocked(lim *Limit) *held {
+	if h := e.held.Load(); h != nil {
+		return h
+	}
+	h := &held{}
+	if lim.global {
+		h.demand = &demand{}
+	}
+	e.held.Store(h)
+	return h
 }
 
 // flags bits.
@@ -68,7 +93,7 @@ type ticket struct {
 // now. Expiries are loaded before gens: a refill swaps gens before it
 // moves the expiries forward, so a stale expiry only ever voids tokens
 // early, never late.
-func (e *entry) live(now int64) (v uint64, old, cur int64) {
+func (e *held) live(now int64) (v uint64, old, cur int64) {
 	oe, ce := e.oldExp.Load(), e.curExp.Load()
 	v = e.gens.Load()
 	o, c := unpack(v)
@@ -83,7 +108,7 @@ func (e *entry) live(now int64) (v uint64, old, cur int64) {
 
 // take takes cost tokens, oldest generation first. It returns the tokens
 // still on hand after the take.
-func (e *entry) take(now, cost int64) (t ticket, rest int64, ok bool) {
+func (e *held) take(now, cost int64) (t ticket, rest int64, ok bool) {
 	for {
 		oe, ce := e.oldExp.Load(), e.curExp.Load()
 		v := e.gens.Load()
@@ -112,7 +137,7 @@ func (e *entry) take(now, cost int64) (t ticket, rest int64, ok bool) {
 // give puts back the tokens of a take, into a generation that dies no
 // later than they would have. If none is live they are dropped: giving
 // them a longer life could break the overshoot bound.
-func (e *entry) give(now int64, t ticket) bool {
+func (e *held) give(now int64, t ticket) bool {
 	for {
 		oe, ce := e.oldExp.Load(), e.curExp.Load()
 		v := e.gens.Load()
@@ -134,7 +159,7 @@ func (e *entry) give(now int64, t ticket) bool {
 
 // install adds a new grant as the cur generation, moving what is left of
 // cur into old. Called only by the entry's refill. exp must be >= curExp.
-func (e *entry) install(now, exp, granted int64) (onHand int64) {
+func (e *held) install(now, exp, granted int64) (onHand int64) {
 	for {
 		v, old, cur := e.live(now)
 		oe, ce := e.oldExp.Load(), e.curExp.Load()
@@ -154,7 +179,7 @@ func (e *entry) install(now, exp, granted int64) (onHand int64) {
 
 // drain takes every live token (for a return) and reports how many came
 // from each generation.
-func (e *entry) drain(now int64) (old, cur int64) {
+func (e *held) drain(now int64) (old, cur int64) {
 	for {
 		v, o, c := e.live(now)
 		if o == 0 && c == 0 {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -104,7 +105,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestGenerations(t *testing.T) {
-	var e entry
+	var e held
 	now := int64(1000)
 	assert.Equal(t, int64(10), e.install(now, now+100, 10))
 	tk, rest, ok := e.take(now, 4)
@@ -219,10 +220,12 @@ func TestLeaseExpiryVoidsTokens(t *testing.T) {
 	h := lim.mix ^ hashOf(m, subj)
 	ent := m.shards[h>>(64-shardBits)].table.Load().find(h, lim, subj)
 	require.NotNil(t, ent)
-	_, before, _ := ent.take(clk.Now(), 0)
+	hd := ent.held.Load()
+	require.NotNil(t, hd)
+	_, before, _ := hd.take(clk.Now(), 0)
 	require.Positive(t, before)
 	clk.Advance(2 * time.Second)
-	_, after, _ := ent.take(clk.Now(), 0)
+	_, after, _ := hd.take(clk.Now(), 0)
 	assert.Zero(t, after, "tokens are void at the lease TTL")
 }
 
@@ -346,7 +349,7 @@ func hashOf(m *Manager, subj []byte) uint64 {
 // entry: what was taken for good never exceeds what was granted, and
 // nothing is taken after its generation's expiry. Run with -race.
 func TestEntryStressConservation(t *testing.T) {
-	var e entry
+	var e held
 	var now atomic64
 	now.v.Store(1)
 	var granted, kept atomic64
@@ -454,4 +457,12 @@ func TestAbortedWaitIsOverload(t *testing.T) {
 	require.ErrorAs(t, err, &o)
 	assert.True(t, o.Overloaded())
 	close(src.gate)
+}
+
+// An entry is the memory of every tracked key, a held that of every
+// leased one (BenchmarkMemoryPerKey): a field that grows either is a
+// cost at a million keys.
+func TestEntrySizes(t *testing.T) {
+	assert.LessOrEqual(t, unsafe.Sizeof(entry{}), uintptr(48))
+	assert.LessOrEqual(t, unsafe.Sizeof(held{}), uintptr(64))
 }

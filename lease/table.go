@@ -19,7 +19,7 @@ const (
 // on an old table can miss a key or find an evicted one; both send it to
 // the locked slow path, which looks again.
 type table struct {
-	mask  uint64
+	mask  uint64 // below 2^32: entries keep the low half of their hash
 	slots []atomic.Pointer[entry]
 }
 
@@ -35,7 +35,7 @@ func (t *table) find(h uint64, lim *Limit, subject []byte) *entry {
 		if e == nil {
 			return nil
 		}
-		if e.hash == h && e.subject == string(subject) && e.sameLimit(lim) {
+		if e.hash == uint32(h) && e.subject == string(subject) && e.sameLimit(lim) {
 			return e
 		}
 	}
@@ -58,7 +58,7 @@ func (e *entry) sameLimit(lim *Limit) bool {
 // put places e in an empty slot. The caller holds the shard lock and has
 // made room.
 func (t *table) put(e *entry) {
-	for i := e.hash & t.mask; ; i = (i + 1) & t.mask {
+	for i := uint64(e.hash) & t.mask; ; i = (i + 1) & t.mask {
 		if t.slots[i].Load() == nil {
 			t.slots[i].Store(e)
 			return
@@ -104,10 +104,11 @@ func (sh *shard) insert(h uint64, lim *Limit, subject []byte) *entry {
 	if (sh.n+1)*4 > len(t.slots)*3 {
 		t = sh.rebuild(len(t.slots)*2, nil)
 	}
-	e := &entry{hash: h, subject: string(subject)}
+	e := &entry{hash: uint32(h), subject: string(subject)}
 	e.lim.Store(lim)
 	if lim.global {
-		e.demand = &demand{}
+		// Its demand is counted from the first Take (DrainDemand).
+		e.holdLocked(lim)
 	}
 	t.put(e)
 	sh.n++

@@ -16,8 +16,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/loadgen"
 	"github.com/allot-dev/allot/node"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
+	"github.com/allot-dev/allot/server"
 )
 
 // The same limit, leased for tier "leased" and exact for tier "exact".
@@ -39,7 +41,7 @@ policies:
       - {name: per_second, algorithm: token_bucket, limit: 1000000000, period: 1s}
 `
 
-func benchNode(b *testing.B) ratelimitv1.RateLimiterServiceClient {
+func benchNode(b *testing.B, dial ...grpc.DialOption) ratelimitv1.RateLimiterServiceClient {
 	b.Helper()
 	srv := redistest.Server(b)
 	path := filepath.Join(b.TempDir(), "p.yaml")
@@ -47,10 +49,38 @@ func benchNode(b *testing.B) ratelimitv1.RateLimiterServiceClient {
 	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", Redis: []string{srv.Addr}, PoliciesPath: path})
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = n.Close(5 * time.Second) })
-	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(n.Addr(), append(dial, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	require.NoError(b, err)
 	b.Cleanup(func() { conn.Close() })
 	return ratelimitv1.NewRateLimiterServiceClient(conn)
+}
+
+// noopClient is a client of loadgen's no-op RateLimiterService (a
+// default grpc.NewServer that answers ALLOWED unread): grpc-go's own
+// floor for a unary call in this harness, for the "noop" sub-benchmarks.
+func noopClient(b *testing.B) ratelimitv1.RateLimiterServiceClient {
+	b.Helper()
+	srv, err := loadgen.StartNoop("127.0.0.1:0")
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = srv.Close() })
+	conn, err := grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(b, err)
+	b.Cleanup(func() { conn.Close() })
+	return ratelimitv1.NewRateLimiterServiceClient(conn)
+}
+
+// benchClient is the client of a sub-benchmark: the no-op server for
+// "noop", else a node. "leased-wirecodec" is "leased" with the client
+// decoding through server.WireCodec too (the figures count the client's
+// allocations as well as the node's).
+func benchClient(b *testing.B, tier string) (ratelimitv1.RateLimiterServiceClient, string) {
+	switch tier {
+	case "noop":
+		return noopClient(b), tier
+	case "leased-wirecodec":
+		return benchNode(b, grpc.WithDefaultCallOptions(grpc.ForceCodecV2(server.WireCodec()))), "leased"
+	}
+	return benchNode(b), tier
 }
 
 // latencies gathers per-call times from parallel goroutines.
@@ -93,11 +123,12 @@ func warm(b *testing.B, c ratelimitv1.RateLimiterServiceClient, tier string) {
 
 // BenchmarkGRPCCheck: CheckRateLimit over a real listener and a real
 // redis-server, leased next to exact, same load (b.RunParallel with
-// 16 goroutines per CPU, 64 tenants).
+// 16 goroutines per CPU, 64 tenants). "noop" is the same calls to a
+// server that answers without deciding: the floor of grpc-go itself.
 func BenchmarkGRPCCheck(b *testing.B) {
-	for _, tier := range []string{"leased", "exact"} {
-		b.Run(tier, func(b *testing.B) {
-			c := benchNode(b)
+	for _, name := range []string{"leased", "leased-wirecodec", "exact", "noop"} {
+		b.Run(name, func(b *testing.B) {
+			c, tier := benchClient(b, name)
 			ctx := context.Background()
 			warm(b, c, tier)
 			var lat latencies
@@ -126,11 +157,11 @@ func BenchmarkGRPCCheck(b *testing.B) {
 }
 
 // BenchmarkGRPCBatch100: CheckRateLimitBatch with 100 checks per call
-// (100 tenants), leased next to exact.
+// (100 tenants), leased next to exact, and "noop" (see BenchmarkGRPCCheck).
 func BenchmarkGRPCBatch100(b *testing.B) {
-	for _, tier := range []string{"leased", "exact"} {
-		b.Run(tier, func(b *testing.B) {
-			c := benchNode(b)
+	for _, name := range []string{"leased", "leased-wirecodec", "exact", "noop"} {
+		b.Run(name, func(b *testing.B) {
+			c, tier := benchClient(b, name)
 			ctx := context.Background()
 			batch := &ratelimitv1.BatchRateLimitRequest{}
 			for i := range 100 {

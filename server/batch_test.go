@@ -31,6 +31,16 @@ func (c *deadlineAt) Check(ctx context.Context, r *decide.Request) (decide.Decis
 	return c.Decider.Check(ctx, r)
 }
 
+// CheckAppend is the batch's way in (server.AppendChecker): the promoted
+// method would skip the deadline.
+func (c *deadlineAt) CheckAppend(ctx context.Context, r *decide.Request, buf []decide.Status) (decide.Decision, error) {
+	c.calls++
+	if c.calls == c.n {
+		return decide.Decision{}, context.DeadlineExceeded
+	}
+	return c.Decider.CheckAppend(ctx, r, buf)
+}
+
 // A batch that hits its deadline midway answers only the error, and the
 // checks it had decided are given back: it counts nothing. Before, the
 // first checks stayed counted.

@@ -24,8 +24,11 @@ import (
 // decoding, and the interceptors, which see that message next (unary: the
 // request; streams: each RecvMsg), answer it as INVALID_ARGUMENT. The
 // record is removed there, so it lives for one call's decode at most.
+//
+// The codec it wraps is WireCodec: the node's messages are marshalled by
+// vtprotobuf's generated code, the same bytes as protobuf-go's.
 func MalformedIsInvalid() []grpc.ServerOption {
-	c := &strictCodec{inner: encoding.GetCodecV2("proto")}
+	c := &strictCodec{inner: WireCodec()}
 	return []grpc.ServerOption{
 		grpc.ForceServerCodecV2(c),
 		grpc.ChainUnaryInterceptor(c.unary),

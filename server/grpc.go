@@ -43,8 +43,20 @@ type Checker interface {
 // GRPC implements ratelimitv1.RateLimiterServiceServer.
 type GRPC struct {
 	ratelimitv1.UnimplementedRateLimiterServiceServer
-	checker Checker
-	observe func(ctx context.Context, ev Event)
+	checker  Checker
+	appender AppendChecker // checker, when it is one
+	observe  func(ctx context.Context, ev Event)
+}
+
+// AppendChecker is a Checker that can build a decision's statuses in
+// storage the caller gives (decide.Decider.CheckAppend): Statuses is
+// append(buf[:0], ...). A batch gives all its checks one array, so a
+// check costs no allocation of its own. *decide.Decider is one; a
+// wrapper that embeds it and overrides Check must override CheckAppend
+// too, or batches reach the embedded one directly.
+type AppendChecker interface {
+	Checker
+	CheckAppend(ctx context.Context, r *decide.Request, buf []decide.Status) (decide.Decision, error)
 }
 
 // GRPCOptions configure the gRPC service. The zero value is usable.
@@ -59,6 +71,7 @@ type GRPCOptions struct {
 // is used), so existing callers need no change.
 func NewGRPC(c Checker, opts ...GRPCOptions) *GRPC {
 	s := &GRPC{checker: c}
+	s.appender, _ = c.(AppendChecker)
 	if len(opts) > 0 {
 		s.observe = opts[0].Observe
 	}
@@ -71,12 +84,17 @@ func (s *GRPC) CheckRateLimit(ctx context.Context, in *ratelimitv1.RateLimitRequ
 	if s.observe != nil {
 		start = time.Now()
 	}
-	r, err := input(in).Request()
+	// One allocation holds the request, the decision's statuses and the
+	// answer (the request escapes through the Checker interface).
+	a := new(wireAnswer)
+	fields := input(in)
+	var err error
+	a.req, err = fields.Request()
 	if err != nil {
 		s.observeErr(ctx, err, start)
 		return nil, grpcError(err)
 	}
-	d, err := s.checker.Check(ctx, &r)
+	d, err := s.check(ctx, &a.req, a.statuses[:0])
 	if err != nil {
 		s.observeErr(ctx, err, start)
 		return nil, grpcError(err)
@@ -84,7 +102,16 @@ func (s *GRPC) CheckRateLimit(ctx context.Context, in *ratelimitv1.RateLimitRequ
 	if s.observe != nil {
 		s.observeDecision(ctx, d, start)
 	}
-	return response(&d), nil
+	return a.fill(&d), nil
+}
+
+// check decides r, with its statuses in buf's storage when the checker
+// can (AppendChecker).
+func (s *GRPC) check(ctx context.Context, r *decide.Request, buf []decide.Status) (decide.Decision, error) {
+	if s.appender != nil {
+		return s.appender.CheckAppend(ctx, r, buf)
+	}
+	return s.checker.Check(ctx, r)
 }
 
 // observeDecision takes d by value: a pointer to the caller's d would
@@ -120,33 +147,82 @@ func (s *GRPC) CheckRateLimitBatch(ctx context.Context, in *ratelimitv1.BatchRat
 	}
 	reqs := make([]decide.Request, len(in.GetRequests()))
 	for i, rq := range in.GetRequests() {
-		r, err := input(rq).Request()
+		fields := input(rq)
+		r, err := fields.Request()
 		if err != nil {
 			s.observeErr(ctx, err, time.Now())
 			return nil, status.Errorf(codes.InvalidArgument, "requests[%d].%v", i, err)
 		}
 		reqs[i] = r
 	}
-	out := &ratelimitv1.BatchRateLimitResponse{Responses: make([]*ratelimitv1.RateLimitResponse, len(reqs))}
-	decided := make([]decide.Decision, len(reqs))
+	n := len(reqs)
+	// What undo needs of each decision; Statuses are not kept (their
+	// storage is reused by the next check).
+	decided := make([]decide.Decision, n)
+	msgs := make([]ratelimitv1.RateLimitResponse, n)
+	out := &ratelimitv1.BatchRateLimitResponse{Responses: make([]*ratelimitv1.RateLimitResponse, n)}
+	// Every check builds its statuses in buf (AppendChecker) and they go
+	// to the wire at once, into the arrays of wire.
+	buf := make([]decide.Status, 0, batchStatusRoom)
+	var wire wireStatuses
 	for i := range reqs {
 		var start time.Time
 		if s.observe != nil {
 			start = time.Now()
 		}
-		d, err := s.checker.Check(ctx, &reqs[i])
+		d, err := s.check(ctx, &reqs[i], buf)
 		if err != nil {
 			s.observeErr(ctx, err, start)
 			s.undo(ctx, reqs[:i], decided[:i])
 			return nil, grpcError(fmt.Errorf("requests[%d]: %w", i, err))
 		}
-		decided[i] = d
 		if s.observe != nil {
 			s.observeDecision(ctx, d, start)
 		}
-		out.Responses[i] = response(&d)
+		m := &msgs[i]
+		fillResponse(m, &d)
+		m.Statuses = wire.add(d.Statuses, n-i)
+		m.ShadowViolations = wire.add(d.Shadow, n-i)
+		out.Responses[i] = m
+		d.Statuses = nil
+		decided[i] = d
 	}
 	return out, nil
+}
+
+// batchStatusRoom is the statuses a batch's buffer has room for: more
+// than most checks have limits (a check with more gets an array of its
+// own).
+const batchStatusRoom = 8
+
+// wireStatuses hands out a batch's wire statuses from arrays, a few
+// allocations per batch instead of two per status.
+type wireStatuses struct {
+	sts  []ratelimitv1.LimitStatus
+	ptrs []*ratelimitv1.LimitStatus
+}
+
+// add converts in and returns its wire statuses (nil if none); left is
+// the checks still to come, counting this one, to size a new array by.
+func (w *wireStatuses) add(in []decide.Status, left int) []*ratelimitv1.LimitStatus {
+	if len(in) == 0 {
+		return nil
+	}
+	if len(w.sts) < len(in) {
+		size := max(len(in)*left, batchStatusRoom)
+		w.sts = make([]ratelimitv1.LimitStatus, size)
+		w.ptrs = make([]*ratelimitv1.LimitStatus, size)
+		for i := range w.ptrs {
+			w.ptrs[i] = &w.sts[i]
+		}
+	}
+	for i := range in {
+		fillStatus(&w.sts[i], &in[i])
+	}
+	// Capped, so an append by a later user cannot reach a neighbour's.
+	p := w.ptrs[:len(in):len(in)]
+	w.sts, w.ptrs = w.sts[len(in):], w.ptrs[len(in):]
+	return p
 }
 
 // undo gives back the decisions of a batch that will not be answered.
@@ -162,8 +238,10 @@ func (s *GRPC) undo(ctx context.Context, reqs []decide.Request, decided []decide
 	}
 }
 
-func input(in *ratelimitv1.RateLimitRequest) *decide.Input {
-	return &decide.Input{
+// input is the wire request's fields. It returns a value, not a pointer:
+// a pointer would escape to the heap on every check.
+func input(in *ratelimitv1.RateLimitRequest) decide.Input {
+	return decide.Input{
 		Tenant: in.GetTenantId(),
 		Client: in.GetClientIdentifier(),
 		Route:  in.GetRoute(),
@@ -191,42 +269,81 @@ func grpcError(err error) error {
 	return status.Error(codes.Internal, err.Error())
 }
 
+// response is the wire answer of d. Its message and a status live in one
+// allocation when d has at most one status (the common leased answer).
 func response(d *decide.Decision) *ratelimitv1.RateLimitResponse {
-	out := &ratelimitv1.RateLimitResponse{
-		Decision:          ratelimitv1.RateLimitResponse_Decision(d.Outcome),
-		Limit:             d.Limit,
-		Remaining:         d.Remaining,
-		ResetAfterSeconds: decide.Seconds(d.ResetAfter),
-		ViolationReason:   d.Reason,
-		RetryAfterMs:      ceilMillis(d.RetryAfter),
-		PolicyId:          d.PolicyID,
-		Degraded:          d.Degraded,
+	return new(wireOne).fill(d)
+}
+
+// wireOne is one check's wire answer with room for its status.
+type wireOne struct {
+	resp ratelimitv1.RateLimitResponse
+	st   ratelimitv1.LimitStatus
+	ptr  [1]*ratelimitv1.LimitStatus
+}
+
+// wireAnswer is a wireOne with room for the request and the decision's
+// statuses before (decide.Decider.CheckAppend): a single gRPC check's
+// request, statuses and answer are one allocation.
+type wireAnswer struct {
+	wireOne
+	statuses [2]decide.Status
+	req      decide.Request
+}
+
+// fill builds the answer of d in a, and returns it.
+func (a *wireOne) fill(d *decide.Decision) *ratelimitv1.RateLimitResponse {
+	if len(d.Statuses)+len(d.Shadow) > 1 {
+		return responseSlow(d)
 	}
-	out.Statuses = statuses(d.Statuses)
-	out.ShadowViolations = statuses(d.Shadow)
+	fillResponse(&a.resp, d)
+	for _, in := range [...][]decide.Status{d.Statuses, d.Shadow} {
+		if len(in) == 1 {
+			fillStatus(&a.st, &in[0])
+			a.ptr[0] = &a.st
+		}
+	}
+	switch {
+	case len(d.Statuses) == 1:
+		a.resp.Statuses = a.ptr[:]
+	case len(d.Shadow) == 1:
+		a.resp.ShadowViolations = a.ptr[:]
+	}
+	return &a.resp
+}
+
+// responseSlow is the wire answer of a decision with more than one
+// status.
+func responseSlow(d *decide.Decision) *ratelimitv1.RateLimitResponse {
+	out := &ratelimitv1.RateLimitResponse{}
+	fillResponse(out, d)
+	var wire wireStatuses
+	out.Statuses = wire.add(d.Statuses, 1)
+	out.ShadowViolations = wire.add(d.Shadow, 1)
 	return out
 }
 
-func statuses(in []decide.Status) []*ratelimitv1.LimitStatus {
-	if len(in) == 0 {
-		return nil
-	}
-	out := make([]*ratelimitv1.LimitStatus, len(in))
-	for i := range in {
-		st := &in[i]
-		out[i] = &ratelimitv1.LimitStatus{
-			PolicyId:          st.PolicyID,
-			LimitName:         st.LimitName,
-			Limit:             st.Limit,
-			Remaining:         st.Remaining,
-			ResetAfterSeconds: decide.Seconds(max(st.ResetAfter, st.RetryAfter)),
-			WindowSeconds:     decide.Seconds(st.Window),
-			Quota:             st.Quota,
-			Violated:          st.Violated,
-			Exact:             st.Exact,
-		}
-	}
-	return out
+func fillResponse(out *ratelimitv1.RateLimitResponse, d *decide.Decision) {
+	out.Decision = ratelimitv1.RateLimitResponse_Decision(d.Outcome)
+	out.Limit = d.Limit
+	out.Remaining = d.Remaining
+	out.ResetAfterSeconds = decide.Seconds(d.ResetAfter)
+	out.ViolationReason = d.Reason
+	out.RetryAfterMs = ceilMillis(d.RetryAfter)
+	out.PolicyId = d.PolicyID
+	out.Degraded = d.Degraded
+}
+
+func fillStatus(out *ratelimitv1.LimitStatus, st *decide.Status) {
+	out.PolicyId = st.PolicyID
+	out.LimitName = st.LimitName
+	out.Limit = st.Limit
+	out.Remaining = st.Remaining
+	out.ResetAfterSeconds = decide.Seconds(max(st.ResetAfter, st.RetryAfter))
+	out.WindowSeconds = decide.Seconds(st.Window)
+	out.Quota = st.Quota
+	out.Violated = st.Violated
+	out.Exact = st.Exact
 }
 
 // ceilMillis rounds up, so a throttled caller is never told to retry at once.

@@ -110,7 +110,8 @@ func (s *HTTP) decide(w http.ResponseWriter, r *http.Request) (*decide.Decision,
 		s.httpError(w, r, err, r.URL.Path)
 		return nil, err
 	}
-	req, err := input(in).Request()
+	fields := input(in)
+	req, err := fields.Request()
 	if err != nil {
 		s.httpError(w, r, err, r.URL.Path)
 		return nil, err

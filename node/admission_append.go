@@ -1,0 +1,27 @@
+package node
+
+import (
+	"context"
+
+	"github.com/allot-dev/allot/decide"
+	"github.com/allot-dev/allot/server"
+)
+
+// CheckAppend is Check with the decision's statuses built in buf's
+// storage (server.AppendChecker), so that a batch passing through the
+// bound keeps the decider's allocation-free path. It is admitted and
+// shed exactly as Check.
+func (a *admission) CheckAppend(ctx context.Context, r *decide.Request, buf []decide.Status) (decide.Decision, error) {
+	next, ok := a.next.(server.AppendChecker)
+	if !ok {
+		return a.Check(ctx, r)
+	}
+	if a.max > 0 {
+		if a.n.Add(1) > a.max {
+			a.n.Add(-1)
+			return decide.Decision{}, shedError{a.max}
+		}
+		defer a.n.Add(-1)
+	}
+	return next.CheckAppend(ctx, r, buf)
+}
