@@ -12,6 +12,13 @@ command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
 have_cc() { command -v "$(go env CC)" >/dev/null 2>&1; }
 have_cc || need_apt+=(gcc libc6-dev)
+if [ -n "${ALLOT_TEST_PLAN_ONLY:-}" ]; then
+  # What this machine lacks and whether -race could run now, without
+  # installing or testing anything (scripts/plan_test.go).
+  echo "install: ${need_apt[*]:-nothing}"
+  if have_cc; then echo "race: on"; else echo "race: off until a C compiler is installed"; fi
+  exit 0
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing ${need_apt[*]} with apt-get" >&2
