@@ -210,23 +210,12 @@ type Store struct {
 	closed atomic.Bool
 	lag    *schedLag
 	cpu    *cpuPressure
-	hashes map[*redis.Script]any // EVALSHA hash arguments, boxed once (read-only)
+	hashes sync.Map // *redis.Script -> its hash as an EVALSHA argument (any), boxed once
 	stats  struct{ pipelines, calls, stalls, shed atomic.Int64 }
 }
 
 func newStore(c redis.UniversalClient, cluster bool, addr string, opts Options, cs *conns) *Store {
-	return &Store{client: c, cluster: cluster, addr: addr, opts: opts, conns: cs, shards: map[string]*shard{}, lag: newSchedLag(), cpu: &cpuPressure{read: psiCPU}, done: make(chan struct{}),
-		hashes: boxedHashes(lua.Check, lua.CheckTB, lua.Refund, lua.Lease, lua.Return)}
-}
-
-// boxedHashes maps each script to its hash as an EVALSHA argument, boxed
-// once: a string put in a command's []any is a heap allocation per call.
-func boxedHashes(scripts ...*redis.Script) map[*redis.Script]any {
-	m := make(map[*redis.Script]any, len(scripts))
-	for _, sc := range scripts {
-		m[sc] = sc.Hash()
-	}
-	return m
+	return &Store{client: c, cluster: cluster, addr: addr, opts: opts, conns: cs, shards: map[string]*shard{}, lag: newSchedLag(), cpu: &cpuPressure{read: psiCPU}, done: make(chan struct{})}
 }
 
 // Open connects to the region's Redis. One address is probed with

@@ -242,11 +242,7 @@ func (sh *shard) send(p *pipe) {
 	cmds := make([]*redis.Cmd, len(p.calls))
 	pl := s.client.Pipeline()
 	for i, c := range p.calls {
-		hash, ok := s.hashes[c.script]
-		if !ok {
-			hash = c.script.Hash()
-		}
-		cmds[i] = scriptCall(ctx, pl, "evalsha", hash, c.keys, c.args)
+		cmds[i] = scriptCall(ctx, pl, "evalsha", s.hashArg(c.script), c.keys, c.args)
 	}
 	sh.mu.Lock()
 	p.sent = time.Now()
@@ -309,6 +305,16 @@ func (sh *shard) send(p *pipe) {
 	if failure != nil {
 		s.reloadState()
 	}
+}
+
+// hashArg is script's hash as an EVALSHA argument, boxed once per store:
+// a string put in a command's []any is a heap allocation per call.
+func (s *Store) hashArg(script *redis.Script) any {
+	if h, ok := s.hashes.Load(script); ok {
+		return h
+	}
+	h, _ := s.hashes.LoadOrStore(script, any(script.Hash()))
+	return h
 }
 
 func (sh *shard) removeInflight(p *pipe) {
