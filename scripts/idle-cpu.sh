@@ -11,14 +11,12 @@ set -euo pipefail
 secs=${1:-30}
 policies=${2:-examples/policies.yaml}
 dir=$(mktemp -d)
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "$0")/lib.sh"
 rport=$(free_port); gport=$(free_port); hport=$(free_port)
-redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" >"$dir/redis.log" 2>&1 &
-rpid=$!
-node_pid=
-cleanup() { [ -n "$node_pid" ] && kill "$node_pid" 2>/dev/null; kill "$rpid" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"; }
+node_pid= rpid=
+cleanup() { [ -n "$node_pid" ] && kill "$node_pid" 2>/dev/null; [ -n "$rpid" ] && kill "$rpid" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"; }
 trap cleanup EXIT
-for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
+start_redis "$rport" "$dir"
 "${NODE_BIN:-bin/allot-node}" --redis "127.0.0.1:$rport" --grpc-addr "127.0.0.1:$gport" --http-addr "127.0.0.1:$hport" \
   --policies "$policies" >"$dir/node.log" 2>&1 &
 node_pid=$!

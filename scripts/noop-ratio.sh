@@ -20,7 +20,7 @@ secs=${3:-8}
 workers=${4:-32}
 load=${LOAD_BIN:-bin/allot-load}
 dir=$(mktemp -d)
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "$0")/lib.sh"
 rport=$(free_port); gport=$(free_port); nport=$(free_port)
 precision=exact keys=(--keys uniform --key-count 10000)
 case $mode in
@@ -45,9 +45,8 @@ trap cleanup EXIT
 redis=()
 rpid=
 if [ "$mode" != standalone ]; then
-  redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" >"$dir/redis.log" 2>&1 &
-  rpid=$!; pids+=("$rpid")
-  for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  start_redis "$rport" "$dir"
+  pids+=("$rpid")
   redis=(--redis "127.0.0.1:$rport")
 fi
 # shellcheck disable=SC2086
