@@ -28,14 +28,30 @@ type admission struct {
 }
 
 func (a *admission) Check(ctx context.Context, r *decide.Request) (decide.Decision, error) {
-	if a.max > 0 {
-		if a.n.Add(1) > a.max {
-			a.n.Add(-1)
-			return decide.Decision{}, shedError{a.max}
-		}
-		defer a.n.Add(-1)
+	if !a.enter() {
+		return decide.Decision{}, shedError{a.max}
 	}
+	defer a.leave()
 	return a.next.Check(ctx, r)
+}
+
+// enter takes an in-flight slot, or reports that none is free; leave
+// gives it back (after an enter that succeeded).
+func (a *admission) enter() bool {
+	if a.max <= 0 {
+		return true
+	}
+	if a.n.Add(1) > a.max {
+		a.n.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (a *admission) leave() {
+	if a.max > 0 {
+		a.n.Add(-1)
+	}
 }
 
 // Undo passes a batch's give-back on to the decider (server.Undoer), so

@@ -16,12 +16,9 @@ func (a *admission) CheckAppend(ctx context.Context, r *decide.Request, buf []de
 	if !ok {
 		return a.Check(ctx, r)
 	}
-	if a.max > 0 {
-		if a.n.Add(1) > a.max {
-			a.n.Add(-1)
-			return decide.Decision{}, shedError{a.max}
-		}
-		defer a.n.Add(-1)
+	if !a.enter() {
+		return decide.Decision{}, shedError{a.max}
 	}
+	defer a.leave()
 	return next.CheckAppend(ctx, r, buf)
 }
