@@ -94,11 +94,11 @@ func TestLeasedAndExactAllOrNothing(t *testing.T) {
 // hangingSource never answers a lease before its context ends.
 type hangingSource struct{}
 
-func (hangingSource) Lease(ctx context.Context, _ []region.LeaseGroup) ([]region.LeaseResult, error) {
+func (hangingSource) Lease(ctx context.Context, _ []lease.Group) ([]lease.Reply, error) {
 	<-ctx.Done()
 	return nil, ctx.Err()
 }
-func (hangingSource) Return(context.Context, []region.ReturnItem) (int64, error) { return 0, nil }
+func (hangingSource) Return(context.Context, []lease.ReturnItem) (int64, error) { return 0, nil }
 
 // budgetStore records how much time the exact path's store call was
 // given, and answers allowed.

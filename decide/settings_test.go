@@ -13,17 +13,16 @@ import (
 	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/policy"
 	"github.com/allot-dev/allot/policystore"
-	"github.com/allot-dev/allot/region"
 )
 
 // noSource is a lease.Source for tests that build lease limits but never
 // take from them.
 type noSource struct{}
 
-func (noSource) Lease(context.Context, []region.LeaseGroup) ([]region.LeaseResult, error) {
+func (noSource) Lease(context.Context, []lease.Group) ([]lease.Reply, error) {
 	return nil, errors.New("not in this test")
 }
-func (noSource) Return(context.Context, []region.ReturnItem) (int64, error) { return 0, nil }
+func (noSource) Return(context.Context, []lease.ReturnItem) (int64, error) { return 0, nil }
 
 // A node picks up the settings document's lease defaults without a
 // restart: after the change its lease limits (which size every new grant)

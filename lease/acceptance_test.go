@@ -190,7 +190,7 @@ func idealAdmits(arrivals []int64, rate, burst float64, lo, hi int64) int {
 // dropReturns is a Source whose node "crashes": its returns never arrive.
 type dropReturns struct{ lease.Source }
 
-func (dropReturns) Return(context.Context, []region.ReturnItem) (int64, error) { return 0, nil }
+func (dropReturns) Return(context.Context, []lease.ReturnItem) (int64, error) { return 0, nil }
 
 func hashInt(t *testing.T, st *region.Store, key, field string) float64 {
 	t.Helper()
@@ -236,14 +236,14 @@ func TestCrashAndExpiryLoseAtMostOneGrant(t *testing.T) {
 
 	// The bucket recovers: within (used+lost)/rate it is full again.
 	b := newNode(t, st, s, lease.Config{TargetPeriod: 2 * time.Second, TTL: 3 * time.Second, MaxShare: 1})
-	res, err := st.Lease(ctx, []region.LeaseGroup{{{Key: key, Spec: s, Need: 0, Want: 0}}})
+	res, err := st.Lease(ctx, []lease.Group{{{Key: key, Spec: s, Need: 0, Want: 0}}})
 	require.NoError(t, err)
 	left := res[0].Items[0].Left
 	wait := time.Duration(float64(burst-left)/rate*float64(time.Second)) + 200*time.Millisecond
 	t.Logf("bucket holds %d after the crash; full again in %v", left, wait)
 	require.Less(t, wait, 15*time.Second)
 	time.Sleep(wait) // the bucket refills in Redis time; there is nothing to await but the clock
-	res, err = st.Lease(ctx, []region.LeaseGroup{{{Key: key, Spec: s, Need: burst, Want: burst}}})
+	res, err = st.Lease(ctx, []lease.Group{{{Key: key, Spec: s, Need: burst, Want: burst}}})
 	require.NoError(t, err)
 	assert.True(t, res[0].Granted, "full again")
 	assert.Equal(t, int64(burst), res[0].Items[0].Granted)

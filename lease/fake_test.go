@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/algorithm"
-	"github.com/allot-dev/allot/region"
 )
 
 // fakeRegion is lease.lua and return.lua over algorithm.BucketState, on
@@ -38,7 +37,7 @@ func (f *fakeRegion) bucket(key string, s algorithm.Spec) *algorithm.BucketState
 	return b
 }
 
-func (f *fakeRegion) Lease(ctx context.Context, groups []region.LeaseGroup) ([]region.LeaseResult, error) {
+func (f *fakeRegion) Lease(ctx context.Context, groups []Group) ([]Reply, error) {
 	if f.gate != nil {
 		select {
 		case <-f.gate:
@@ -52,12 +51,12 @@ func (f *fakeRegion) Lease(ctx context.Context, groups []region.LeaseGroup) ([]r
 	if f.fail != nil {
 		return nil, f.fail
 	}
-	out := make([]region.LeaseResult, len(groups))
+	out := make([]Reply, len(groups))
 	for gi, g := range groups {
-		r := region.LeaseResult{Granted: true, Items: make([]region.Grant, len(g))}
+		r := Reply{Granted: true, Items: make([]Grant, len(g))}
 		for i, it := range g {
 			b := f.bucket(it.Key, it.Spec)
-			r.Items[i] = region.Grant{Burst: it.Spec.Capacity(), Rate: it.Spec.Rate()}
+			r.Items[i] = Grant{Burst: it.Spec.Capacity(), Rate: it.Spec.Rate()}
 			switch {
 			case it.Need > it.Spec.Capacity():
 				r.Granted, r.Items[i].RetryAfter = false, algorithm.Never
@@ -80,7 +79,7 @@ func (f *fakeRegion) Lease(ctx context.Context, groups []region.LeaseGroup) ([]r
 	return out, nil
 }
 
-func (f *fakeRegion) Return(_ context.Context, items []region.ReturnItem) (int64, error) {
+func (f *fakeRegion) Return(_ context.Context, items []ReturnItem) (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var total float64

@@ -37,14 +37,7 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/algorithm"
-	"github.com/allot-dev/allot/region"
 )
-
-// Source is where leases come from and go back to: *region.Store.
-type Source interface {
-	Lease(ctx context.Context, groups []region.LeaseGroup) ([]region.LeaseResult, error)
-	Return(ctx context.Context, items []region.ReturnItem) (int64, error)
-}
 
 // ErrClosed is returned by Take after Close.
 var ErrClosed = errors.New("lease: manager closed")
@@ -548,13 +541,13 @@ func (m *Manager) flush(sh *shard) {
 	sh.mu.Unlock()
 
 	sent := m.clock.Now()
-	groups := make([]region.LeaseGroup, len(batch))
+	groups := make([]Group, len(batch))
 	lims := make([]*Limit, len(batch))
 	for i, p := range batch {
 		lim := p.e.lim.Load()
 		lims[i] = lim
 		want := m.size(p.e.held.Load(), lim, sent, p.need)
-		groups[i] = region.LeaseGroup{{Key: lim.key(p.e.subject), Spec: lim.spec, Need: p.need, Want: want}}
+		groups[i] = Group{{Key: lim.key(p.e.subject), Spec: lim.spec, Need: p.need, Want: want}}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.opts.CallTimeout)
 	res, err := m.src.Lease(ctx, groups)
@@ -636,7 +629,7 @@ func (m *Manager) size(e *held, lim *Limit, now, need int64) int64 {
 }
 
 // apply installs one lease answer into its entry.
-func (m *Manager) apply(p refill, lim *Limit, sent int64, r region.LeaseResult) {
+func (m *Manager) apply(p refill, lim *Limit, sent int64, r Reply) {
 	g := r.Items[0]
 	e := p.e.held.Load() // made when it was queued
 	e.left.Store(int32(min(g.Left, math.MaxInt32)))
@@ -797,7 +790,7 @@ func (m *Manager) Abort() (stranded int64) {
 // shutdown is the first Close or Abort: it stops the goroutines, fails
 // waiting requests and drains every live lease into return items. first
 // is false (and items nil) if the manager was already shut down.
-func (m *Manager) shutdown() (items []region.ReturnItem, first bool) {
+func (m *Manager) shutdown() (items []ReturnItem, first bool) {
 	m.once.Do(func() {
 		first = true
 		m.closed.Store(true)
@@ -835,7 +828,7 @@ func (m *Manager) shutdown() (items []region.ReturnItem, first bool) {
 // returns drains e's live tokens into return items, one per generation,
 // each with the age of its lease (from its expiry and the TTL; the old
 // generation uses its earliest grant, which only makes it look older).
-func (m *Manager) returns(items []region.ReturnItem, e *entry, now int64) []region.ReturnItem {
+func (m *Manager) returns(items []ReturnItem, e *entry, now int64) []ReturnItem {
 	hd := e.held.Load()
 	if hd == nil {
 		return items // never leased
@@ -845,7 +838,7 @@ func (m *Manager) returns(items []region.ReturnItem, e *entry, now int64) []regi
 	ttl := int64(lim.cfg.TTL)
 	for _, g := range [...]struct{ n, exp int64 }{{old, hd.oldExp.Load()}, {cur, hd.curExp.Load()}} {
 		if g.n > 0 {
-			items = append(items, region.ReturnItem{
+			items = append(items, ReturnItem{
 				Key: lim.key(e.subject), Spec: lim.spec, Unspent: g.n, Age: time.Duration(max(0, now-(g.exp-ttl))),
 			})
 		}

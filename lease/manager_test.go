@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/algorithm"
-	"github.com/allot-dev/allot/region"
 )
 
 func spec(limit int64, period time.Duration, burst int64) algorithm.Spec {
@@ -398,7 +397,7 @@ type slowSource struct {
 	delay time.Duration
 }
 
-func (s slowSource) Lease(ctx context.Context, groups []region.LeaseGroup) ([]region.LeaseResult, error) {
+func (s slowSource) Lease(ctx context.Context, groups []Group) ([]Reply, error) {
 	time.Sleep(s.delay) // the slowness under test, not synchronisation
 	return s.fakeRegion.Lease(ctx, groups)
 }
@@ -421,6 +420,10 @@ func TestSlowRefillIsWaitedFor(t *testing.T) {
 	}
 }
 
+// errUnavailable stands for region.ErrUnavailable, which the manager
+// must pass on unchanged like any error of its Source.
+var errUnavailable = errors.New("store unavailable (circuit breaker open)")
+
 // A refill that fails because the store is unavailable (a sick shard,
 // its breaker open) reaches every waiting Take wrapped, so that callers
 // can tell it from a denial with errors.Is, and the warning about it is
@@ -428,7 +431,7 @@ func TestSlowRefillIsWaitedFor(t *testing.T) {
 func TestRefillErrorsKeepTheirCause(t *testing.T) {
 	clk := NewManualClock()
 	src := newFake(clk)
-	src.fail = fmt.Errorf("shard a: %w", region.ErrUnavailable)
+	src.fail = fmt.Errorf("shard a: %w", errUnavailable)
 	var logged bytes.Buffer
 	m, err := New(Options{Source: src, Clock: clk, SweepEvery: -1, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	require.NoError(t, err)
@@ -436,7 +439,7 @@ func TestRefillErrorsKeepTheirCause(t *testing.T) {
 	lim := newLimit(t, m, spec(100, time.Second, 100), Config{}, false)
 	for i := range 20 {
 		_, err := m.Take(context.Background(), lim, []byte("k"+strconv.Itoa(i)), 1)
-		require.ErrorIs(t, err, region.ErrUnavailable)
+		require.ErrorIs(t, err, errUnavailable)
 	}
 	assert.Equal(t, 1, strings.Count(logged.String(), "lease refill failed"), logged.String())
 }

@@ -213,10 +213,10 @@ func (s observedStore) Refund(ctx context.Context, groups []algorithm.Group) err
 	return err
 }
 
-func (s observedStore) Lease(ctx context.Context, groups []region.LeaseGroup) ([]region.LeaseResult, error) {
+func (s observedStore) Lease(ctx context.Context, groups []lease.Group) ([]lease.Reply, error) {
 	start := time.Now()
 	res, err := s.Store.Lease(ctx, groups)
-	// A lease call fails per group (LeaseResult.Err); count the call as
+	// A lease call fails per group (lease.Reply.Err); count the call as
 	// failed by its first failure, but hand the results back untouched.
 	failed := err
 	for i := 0; failed == nil && i < len(res); i++ {
@@ -226,7 +226,7 @@ func (s observedStore) Lease(ctx context.Context, groups []region.LeaseGroup) ([
 	return res, err
 }
 
-func (s observedStore) Return(ctx context.Context, items []region.ReturnItem) (int64, error) {
+func (s observedStore) Return(ctx context.Context, items []lease.ReturnItem) (int64, error) {
 	start := time.Now()
 	n, err := s.Store.Return(ctx, items)
 	s.tel.ObserveRedis(ctx, "return", err, time.Since(start))

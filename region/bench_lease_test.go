@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/region"
 )
 
@@ -20,7 +21,7 @@ func BenchmarkLeaseScript(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = s.Close() })
-	groups := []region.LeaseGroup{{{Key: "rl:{bench}:lease", Spec: tb(1_000_000_000, time.Second, 0), Need: 1, Want: 10}}}
+	groups := []lease.Group{{{Key: "rl:{bench}:lease", Spec: tb(1_000_000_000, time.Second, 0), Need: 1, Want: 10}}}
 	if _, err := s.Lease(ctx, groups); err != nil { // loads the script
 		b.Fatal(err)
 	}

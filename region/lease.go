@@ -5,66 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/allot-dev/allot/algorithm"
+	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/lua"
 )
 
-// LeaseItem asks one bucket for tokens to spend in memory.
-type LeaseItem struct {
-	Key  string
-	Spec algorithm.Spec
-	// Need is what must be granted for the group to succeed (the cost of
-	// a waiting request); 0 takes whatever the bucket has, up to Want.
-	Need int64
-	// Want is the grant size asked for; it must be >= Need.
-	Want int64
-}
-
-// LeaseGroup is the items of one subject: one script call, all-or-nothing
-// on every item's Need.
-type LeaseGroup []LeaseItem
-
-// Grant is what lease.lua answered for one item.
-type Grant struct {
-	Granted int64
-	// Left is the whole tokens left in the region bucket after the grant.
-	Left int64
-	// RetryAfter is 0 if the item's Need could be granted now, Never if it
-	// never can (Need > Burst), else how long until it could.
-	RetryAfter time.Duration
-	// Burst and Rate (tokens/s) are the bucket's effective numbers: the
-	// policy's, or the region share a coordinator wrote into the hash.
-	Burst int64
-	Rate  float64
-}
-
-// LeaseResult answers one LeaseGroup. Err is set when the call failed (the
-// grants are then unknown; a call whose reply was lost may have granted).
-type LeaseResult struct {
-	Granted bool
-	Items   []Grant
-	Err     error
-}
-
-// ReturnItem gives back tokens a lease did not spend.
-type ReturnItem struct {
-	Key     string
-	Spec    algorithm.Spec
-	Unspent int64
-	// Age is how long ago the lease holding them was asked for, measured
-	// from before the lease call was sent (never shorter than the truth).
-	Age time.Duration
-}
+// Store is the lease manager's Source: its leases and returns share the
+// call engine (evalAll) and the shards' pipelines with Take and Refund.
+var _ lease.Source = (*Store)(nil)
 
 // Lease runs lease.lua once per group, every group in one pipelined round
 // trip (a cluster client splits it per node). Groups fail independently:
 // each result carries its own error. The returned error is for arguments
 // the caller got wrong; nothing was sent then.
-func (s *Store) Lease(ctx context.Context, groups []LeaseGroup) ([]LeaseResult, error) {
+func (s *Store) Lease(ctx context.Context, groups []lease.Group) ([]lease.Reply, error) {
 	ctx, cancel := deadline(ctx, s.opts.LeaseTimeout)
 	defer cancel()
 	keys := make([][]string, len(groups))
@@ -80,15 +37,15 @@ func (s *Store) Lease(ctx context.Context, groups []LeaseGroup) ([]LeaseResult, 
 		keys[i], args[i] = k, a
 	}
 	cmds := s.evalAll(ctx, lua.Lease, keys, args)
-	out := make([]LeaseResult, len(groups))
+	out := make([]lease.Reply, len(groups))
 	for i, g := range groups {
 		if len(g) == 0 {
-			out[i] = LeaseResult{Granted: true}
+			out[i] = lease.Reply{Granted: true}
 			continue
 		}
 		r, err := parseLease(cmds[i], len(g))
 		if err != nil {
-			out[i] = LeaseResult{Err: fmt.Errorf("region: lease %s: %w", g[0].Key, err)}
+			out[i] = lease.Reply{Err: fmt.Errorf("region: lease %s: %w", g[0].Key, err)}
 			continue
 		}
 		out[i] = r
@@ -98,7 +55,7 @@ func (s *Store) Lease(ctx context.Context, groups []LeaseGroup) ([]LeaseResult, 
 
 // Return runs return.lua once per item, all in one pipelined round trip,
 // and returns the whole tokens the buckets were credited.
-func (s *Store) Return(ctx context.Context, items []ReturnItem) (int64, error) {
+func (s *Store) Return(ctx context.Context, items []lease.ReturnItem) (int64, error) {
 	ctx, cancel := deadline(ctx, s.opts.LeaseTimeout)
 	defer cancel()
 	keys := make([][]string, len(items))
@@ -133,113 +90,6 @@ func (s *Store) Return(ctx context.Context, items []ReturnItem) (int64, error) {
 	return total, nil
 }
 
-// evalAll runs script once per non-nil keys[i] and waits for the
-// answers: each call is queued for its key's shard (shard.submit), which
-// coalesces concurrent calls into shared pipelines (EVALSHA, then EVAL for
-// NOSCRIPT). Errors stay in the commands: ErrUnavailable (breaker open,
-// not sent), ErrStalled (the shard stopped answering), an overloaded
-// error (shed), or the caller's ctx error when it gave up first — wrapped
-// as overloaded, since the shard was not judged sick; the call may still
-// run. Every call of the store goes through here, so every call is seen
-// by its shard's breaker.
-func (s *Store) evalAll(ctx context.Context, script *redis.Script, keys [][]string, args [][]any) []*redis.Cmd {
-	r := &request{}
-	if len(keys) == 1 {
-		r.cmds = r.cmd1[:]
-	} else {
-		r.cmds = make([]*redis.Cmd, len(keys))
-	}
-	n := 0
-	for _, k := range keys {
-		if k != nil {
-			n++
-		}
-	}
-	if n == 0 {
-		return r.cmds
-	}
-	r.done = make(chan struct{})
-	r.pending.Store(int32(n))
-	var calls []call
-	if n == 1 {
-		calls = r.call1[:]
-	} else {
-		calls = make([]call, n)
-	}
-	type batch struct {
-		sh    *shard
-		calls []*call
-	}
-	var bb [4]batch
-	batches := bb[:0]
-	j := 0
-	for i, k := range keys {
-		if k == nil {
-			continue
-		}
-		c := &calls[j]
-		j++
-		c.req, c.idx, c.script, c.keys, c.args = r, i, script, k, args[i]
-		sh := s.shardOf(ctx, k[0])
-		bi := -1
-		for x := range batches {
-			if batches[x].sh == sh {
-				bi = x
-				break
-			}
-		}
-		if bi < 0 {
-			batches = append(batches, batch{sh: sh})
-			bi = len(batches) - 1
-			if n == 1 {
-				batches[bi].calls = r.ptr1[:0]
-			}
-		}
-		batches[bi].calls = append(batches[bi].calls, c)
-	}
-	for _, b := range batches {
-		b.sh.submit(ctx, b.calls)
-	}
-	select {
-	case <-r.done:
-	case <-ctx.Done():
-		err := &overloaded{cause: "the caller stopped waiting before the reply", err: ctx.Err()}
-		for i := range calls {
-			r.finish(&calls[i], failCmd(ctx, err))
-		}
-		<-r.done
-	}
-	return r.cmds
-}
-
-// noRetry marks a script call that go-redis must not send again after a
-// connection error: the script may have run and only its reply been
-// lost, and a lease or a return run twice would debit or credit twice.
-// (MaxRetries: -1 covers single-server clients; a cluster pipeline
-// re-sends a batch after a broken connection within MaxRedirects unless
-// a command says NoRetry.) A MOVED or ASK redirect is still followed: the
-// script did not run on the wrong node.
-type noRetry struct{ *redis.Cmd }
-
-func (noRetry) NoRetry() bool { return true }
-
-// scriptCall queues name (EVALSHA or EVAL) of payload (the script's hash
-// or source) on keys with args, as redis.Script does, but marked noRetry.
-func scriptCall(ctx context.Context, p redis.Pipeliner, name string, payload any, keys []string, args []any) *redis.Cmd {
-	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, name, payload, len(keys))
-	for _, k := range keys {
-		a = append(a, k)
-	}
-	a = append(a, args...)
-	c := redis.NewCmd(ctx, a...)
-	if len(keys) > 0 {
-		c.SetFirstKeyPos(3) // routes the call to the keys' slot
-	}
-	_ = p.Process(ctx, noRetry{c})
-	return c
-}
-
 // checkSpec rejects what lease.lua and return.lua cannot take: another
 // algorithm, or numbers out of algorithm.Spec's bounds (which the checks
 // of Take apply too), so a caller that skipped policy compilation cannot
@@ -254,7 +104,7 @@ func checkSpec(key string, sp algorithm.Spec) error {
 	return nil
 }
 
-func leaseArgs(g LeaseGroup) ([]string, []any, error) {
+func leaseArgs(g lease.Group) ([]string, []any, error) {
 	keys := make([]string, len(g))
 	args := make([]any, 0, 5*len(g))
 	tag := hashTag(g[0].Key)
@@ -279,37 +129,37 @@ func leaseArgs(g LeaseGroup) ([]string, []any, error) {
 	return keys, args, nil
 }
 
-func parseLease(cmd *redis.Cmd, n int) (LeaseResult, error) {
+func parseLease(cmd *redis.Cmd, n int) (lease.Reply, error) {
 	vals, err := cmd.Slice()
 	if err != nil {
-		return LeaseResult{}, err
+		return lease.Reply{}, err
 	}
 	if len(vals) != 1+5*n {
-		return LeaseResult{}, fmt.Errorf("lease.lua returned %d values for %d keys", len(vals), n)
+		return lease.Reply{}, fmt.Errorf("lease.lua returned %d values for %d keys", len(vals), n)
 	}
 	ok, isInt := vals[0].(int64)
 	if !isInt {
-		return LeaseResult{}, fmt.Errorf("lease.lua: bad reply %v", vals[0])
+		return lease.Reply{}, fmt.Errorf("lease.lua: bad reply %v", vals[0])
 	}
-	r := LeaseResult{Granted: ok == 1, Items: make([]Grant, n)}
+	r := lease.Reply{Granted: ok == 1, Items: make([]lease.Grant, n)}
 	for i := range n {
 		v := vals[1+5*i:]
-		var g Grant
+		var g lease.Grant
 		var ints [4]int64
 		for j := range ints {
 			x, isInt := v[j].(int64)
 			if !isInt {
-				return LeaseResult{}, fmt.Errorf("lease.lua: value %v is not an integer", v[j])
+				return lease.Reply{}, fmt.Errorf("lease.lua: value %v is not an integer", v[j])
 			}
 			ints[j] = x
 		}
 		g.Granted, g.Left, g.RetryAfter, g.Burst = ints[0], ints[1], micros(ints[2]), ints[3]
 		rs, isStr := v[4].(string)
 		if !isStr {
-			return LeaseResult{}, fmt.Errorf("lease.lua: rate %v is not a string", v[4])
+			return lease.Reply{}, fmt.Errorf("lease.lua: rate %v is not a string", v[4])
 		}
 		if g.Rate, err = strconv.ParseFloat(rs, 64); err != nil {
-			return LeaseResult{}, fmt.Errorf("lease.lua: rate: %w", err)
+			return lease.Reply{}, fmt.Errorf("lease.lua: rate: %w", err)
 		}
 		r.Items[i] = g
 	}

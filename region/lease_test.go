@@ -10,12 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/region"
 )
 
-func lease1(t *testing.T, s *region.Store, g region.LeaseGroup) region.LeaseResult {
+func lease1(t *testing.T, s *region.Store, g lease.Group) lease.Reply {
 	t.Helper()
-	res, err := s.Lease(context.Background(), []region.LeaseGroup{g})
+	res, err := s.Lease(context.Background(), []lease.Group{g})
 	require.NoError(t, err)
 	require.Len(t, res, 1)
 	require.NoError(t, res[0].Err)
@@ -29,7 +30,7 @@ func TestLeaseGrantsAndCounts(t *testing.T) {
 	spec := tb(100, time.Hour, 0) // slow refill: numbers stay whole
 	key := "rl:{tenant=a}:p:l"
 
-	r := lease1(t, s, region.LeaseGroup{{Key: key, Spec: spec, Need: 1, Want: 30}})
+	r := lease1(t, s, lease.Group{{Key: key, Spec: spec, Need: 1, Want: 30}})
 	assert.True(t, r.Granted)
 	assert.Equal(t, int64(30), r.Items[0].Granted)
 	assert.Equal(t, int64(70), r.Items[0].Left)
@@ -37,12 +38,12 @@ func TestLeaseGrantsAndCounts(t *testing.T) {
 	assert.InDelta(t, 100.0/3600, r.Items[0].Rate, 1e-9)
 
 	// Want more than is left: a background refill (need 0) takes what is there.
-	r = lease1(t, s, region.LeaseGroup{{Key: key, Spec: spec, Need: 0, Want: 500}})
+	r = lease1(t, s, lease.Group{{Key: key, Spec: spec, Need: 0, Want: 500}})
 	assert.Equal(t, int64(70), r.Items[0].Granted)
 	assert.Equal(t, int64(0), r.Items[0].Left)
 
 	// An empty bucket denies a need and says when it could give it.
-	r = lease1(t, s, region.LeaseGroup{{Key: key, Spec: spec, Need: 2, Want: 10}})
+	r = lease1(t, s, lease.Group{{Key: key, Spec: spec, Need: 2, Want: 10}})
 	assert.False(t, r.Granted)
 	assert.Equal(t, int64(0), r.Items[0].Granted)
 	assert.InDelta(t, float64(72*time.Second), float64(r.Items[0].RetryAfter), float64(time.Second))
@@ -53,7 +54,7 @@ func TestLeaseGrantsAndCounts(t *testing.T) {
 	assert.Equal(t, "540", h[1], "wanted counts denied asks too")
 
 	// Need above the burst can never be granted.
-	r = lease1(t, s, region.LeaseGroup{{Key: "rl:{tenant=b}:p:l", Spec: spec, Need: 101, Want: 101}})
+	r = lease1(t, s, lease.Group{{Key: "rl:{tenant=b}:p:l", Spec: spec, Need: 101, Want: 101}})
 	assert.False(t, r.Granted)
 	assert.Less(t, r.Items[0].RetryAfter, time.Duration(0))
 }
@@ -61,7 +62,7 @@ func TestLeaseGrantsAndCounts(t *testing.T) {
 func TestLeaseAllOrNothing(t *testing.T) {
 	s := single(t)
 	small, big := tb(2, time.Hour, 0), tb(100, time.Hour, 0)
-	g := region.LeaseGroup{
+	g := lease.Group{
 		{Key: "rl:{u}:p:big", Spec: big, Need: 1, Want: 50},
 		{Key: "rl:{u}:p:small", Spec: small, Need: 3, Want: 3},
 	}
@@ -80,7 +81,7 @@ func TestLeaseCoordinatorShareOverrides(t *testing.T) {
 	ctx := context.Background()
 	key := "rl:{g}:p:l"
 	require.NoError(t, s.Client().HSet(ctx, key, "tokens", 5, "ts", redisNow(t, s.Client()), "rate", "0.5", "burst", 7).Err())
-	r := lease1(t, s, region.LeaseGroup{{Key: key, Spec: tb(1000, time.Second, 0), Need: 1, Want: 100}})
+	r := lease1(t, s, lease.Group{{Key: key, Spec: tb(1000, time.Second, 0), Need: 1, Want: 100}})
 	assert.True(t, r.Granted)
 	assert.Equal(t, int64(5), r.Items[0].Granted, "the share's tokens, not the policy's burst")
 	assert.Equal(t, int64(7), r.Items[0].Burst)
@@ -92,10 +93,10 @@ func TestReturnDecaysWithAge(t *testing.T) {
 	ctx := context.Background()
 	spec := tb(10, time.Second, 100)
 	key := "rl:{r}:p:l"
-	lease1(t, s, region.LeaseGroup{{Key: key, Spec: spec, Need: 100, Want: 100}})
+	lease1(t, s, lease.Group{{Key: key, Spec: spec, Need: 100, Want: 100}})
 
 	// Returned at once: nearly everything comes back.
-	n, err := s.Return(ctx, []region.ReturnItem{{Key: key, Spec: spec, Unspent: 60, Age: 0}})
+	n, err := s.Return(ctx, []lease.ReturnItem{{Key: key, Spec: spec, Unspent: 60, Age: 0}})
 	require.NoError(t, err)
 	assert.InDelta(t, 60, n, 1)
 	st := bucket(t, s.Client(), key)
@@ -103,13 +104,13 @@ func TestReturnDecaysWithAge(t *testing.T) {
 
 	// Returned 5 s after the ask: the bucket refilled 50 meanwhile, so only
 	// 40 of 90 unspent come back (credit = unspent - rate*age).
-	lease1(t, s, region.LeaseGroup{{Key: key, Spec: spec, Need: 0, Want: 100}})
-	n, err = s.Return(ctx, []region.ReturnItem{{Key: key, Spec: spec, Unspent: 90, Age: 5 * time.Second}})
+	lease1(t, s, lease.Group{{Key: key, Spec: spec, Need: 0, Want: 100}})
+	n, err = s.Return(ctx, []lease.ReturnItem{{Key: key, Spec: spec, Unspent: 90, Age: 5 * time.Second}})
 	require.NoError(t, err)
 	assert.InDelta(t, 40, n, 1)
 
 	// Old enough: nothing comes back.
-	n, err = s.Return(ctx, []region.ReturnItem{{Key: key, Spec: spec, Unspent: 10, Age: time.Minute}})
+	n, err = s.Return(ctx, []lease.ReturnItem{{Key: key, Spec: spec, Unspent: 10, Age: time.Minute}})
 	require.NoError(t, err)
 	assert.Zero(t, n)
 }
@@ -126,9 +127,9 @@ func TestLeaseNoScriptAndCluster(t *testing.T) {
 			s := open(t, tc.addrs(t)...)
 			ctx := context.Background()
 			spec := tb(10, time.Second, 0)
-			var groups []region.LeaseGroup
+			var groups []lease.Group
 			for _, u := range []string{"a", "b", "c", "d", "e", "f"} {
-				groups = append(groups, region.LeaseGroup{{Key: "rl:{" + u + "}:p:l", Spec: spec, Need: 1, Want: 4}})
+				groups = append(groups, lease.Group{{Key: "rl:{" + u + "}:p:l", Spec: spec, Need: 1, Want: 4}})
 			}
 			if cc, ok := s.Client().(*redis.ClusterClient); ok {
 				require.NoError(t, cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
@@ -156,13 +157,13 @@ func TestLeaseNeverShortensTTL(t *testing.T) {
 	spec := tb(100, time.Second, 0) // own TTL: 1 s of refill + 1 s grace
 	require.NoError(t, s.Client().HSet(ctx, key, "rate", 100, "burst", 100).Err())
 	require.NoError(t, s.Client().PExpire(ctx, key, time.Hour).Err())
-	lease1(t, s, region.LeaseGroup{{Key: key, Spec: spec, Need: 1, Want: 10}})
+	lease1(t, s, lease.Group{{Key: key, Spec: spec, Need: 1, Want: 10}})
 	ttl, err := s.Client().PTTL(ctx, key).Result()
 	require.NoError(t, err)
 	assert.Greater(t, ttl, 59*time.Minute, "the coordinator's longer TTL survives a grant")
 
 	fresh := "rl:{tenant=ttl2}:p:l"
-	lease1(t, s, region.LeaseGroup{{Key: fresh, Spec: spec, Need: 1, Want: 10}})
+	lease1(t, s, lease.Group{{Key: fresh, Spec: spec, Need: 1, Want: 10}})
 	ttl, err = s.Client().PTTL(ctx, fresh).Result()
 	require.NoError(t, err)
 	assert.Greater(t, ttl, time.Duration(0), "a new bucket still gets an idle TTL")
@@ -177,10 +178,10 @@ func TestLeaseRefusesSpecsOutOfBounds(t *testing.T) {
 	ctx := context.Background()
 	key := "rl:{tenant=huge}:p:l"
 	huge := tb(1<<53, time.Second, 0)
-	_, err := s.Lease(ctx, []region.LeaseGroup{{{Key: key, Spec: huge, Need: 1, Want: 1}}})
+	_, err := s.Lease(ctx, []lease.Group{{{Key: key, Spec: huge, Need: 1, Want: 1}}})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), key)
-	_, err = s.Return(ctx, []region.ReturnItem{{Key: key, Spec: huge, Unspent: 1}})
+	_, err = s.Return(ctx, []lease.ReturnItem{{Key: key, Spec: huge, Unspent: 1}})
 	require.Error(t, err)
 	n, err := s.Client().Exists(ctx, key).Result()
 	require.NoError(t, err)

@@ -3,9 +3,11 @@
 // region.
 //
 // It owns: connecting (and detecting cluster mode), turning algorithm
-// Groups into calls of the scripts in package lua, pipelining those calls
-// into one round trip, recovering from a flushed script cache, and turning
-// replies back into algorithm Results.
+// Groups (Take, Refund: the decider's decide.Store) and lease Groups
+// (Lease, Return: the lease manager's lease.Source) into calls of the
+// scripts in package lua, pipelining those calls into one round trip
+// (call.go, shard.go), recovering from a flushed script cache, and
+// turning replies back into algorithm Results and lease Replies.
 //
 // It must not: decide policy (which keys, limits or costs apply), keep
 // bucket state or clocks of its own (Redis TIME is the only clock), retry

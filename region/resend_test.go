@@ -12,6 +12,7 @@ import (
 
 	"github.com/allot-dev/allot/internal/faultproxy"
 	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/region"
 )
 
@@ -64,10 +65,10 @@ func TestScriptWithLostReplyIsNotResent(t *testing.T) {
 
 	// A first return of nothing opens the pooled connection through the
 	// proxy and loads the script, so the next call is one EVALSHA.
-	_, err = st.Return(ctx, []region.ReturnItem{{Key: key, Spec: spec, Unspent: 0}})
+	_, err = st.Return(ctx, []lease.ReturnItem{{Key: key, Spec: spec, Unspent: 0}})
 	require.NoError(t, err)
 	p.DropReplies(true)
-	_, err = st.Return(ctx, []region.ReturnItem{{Key: key, Spec: spec, Unspent: 10}})
+	_, err = st.Return(ctx, []lease.ReturnItem{{Key: key, Spec: spec, Unspent: 10}})
 	p.DropReplies(false)
 	require.Error(t, err, "the reply was dropped")
 	got := bucket(t, direct, key).Tokens

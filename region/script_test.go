@@ -12,6 +12,7 @@ import (
 
 	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/lua"
 	"github.com/allot-dev/allot/region"
 )
@@ -163,10 +164,10 @@ func TestSpecBoundsOnRedis(t *testing.T) {
 
 		if tc.max.Algorithm == algorithm.TokenBucket {
 			lkey := key + ":lease"
-			lr := lease1(t, s, region.LeaseGroup{{Key: lkey, Spec: tc.max, Need: 1, Want: 1}})
+			lr := lease1(t, s, lease.Group{{Key: lkey, Spec: tc.max, Need: 1, Want: 1}})
 			assert.True(t, lr.Granted, tc.name)
 			assert.Equal(t, tc.max.Capacity(), lr.Items[0].Burst, tc.name)
-			_, err := s.Return(ctx, []region.ReturnItem{{Key: lkey, Spec: tc.max, Unspent: 1, Age: time.Millisecond}})
+			_, err := s.Return(ctx, []lease.ReturnItem{{Key: lkey, Spec: tc.max, Unspent: 1, Age: time.Millisecond}})
 			require.NoError(t, err, tc.name)
 			pttl, err := c.PTTL(ctx, lkey).Result()
 			require.NoError(t, err)
@@ -241,10 +242,10 @@ func FuzzSpecOnRedis(f *testing.F) {
 			require.NoError(t, s.Refund(ctx, g), "%+v", sp)
 		}
 		if sp.Algorithm.Leasable() {
-			lr, err := s.Lease(ctx, []region.LeaseGroup{{{Key: key + ":l", Spec: sp, Need: 0, Want: max(cost, 1)}}})
+			lr, err := s.Lease(ctx, []lease.Group{{{Key: key + ":l", Spec: sp, Need: 0, Want: max(cost, 1)}}})
 			require.NoError(t, err)
 			require.NoError(t, lr[0].Err, "%+v", sp)
-			_, err = s.Return(ctx, []region.ReturnItem{{Key: key + ":l", Spec: sp, Unspent: 1, Age: time.Millisecond}})
+			_, err = s.Return(ctx, []lease.ReturnItem{{Key: key + ":l", Spec: sp, Unspent: 1, Age: time.Millisecond}})
 			require.NoError(t, err, "%+v", sp)
 		}
 	})

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -45,54 +44,6 @@ func (e *overloaded) Overloaded() bool { return true }
 var ErrOverloaded error = &overloaded{cause: "queue full or waited too long"}
 
 func (e *overloaded) Is(target error) bool { _, ok := target.(*overloaded); return ok }
-
-// call is one script call of a request, queued for a shard.
-type call struct {
-	req    *request
-	idx    int // its command's index in req.cmds
-	script *redis.Script
-	keys   []string
-	args   []any
-	enq    time.Time // when it was queued
-	state  atomic.Uint32
-}
-
-const (
-	callPending uint32 = iota
-	callDone
-)
-
-// request is the calls of one Store method invocation, answered when
-// every call is done (answered, failed or given up on).
-type request struct {
-	cmds    []*redis.Cmd
-	pending atomic.Int32
-	done    chan struct{}
-	// Storage for the common request of one call (one group), so that it
-	// costs one allocation instead of three.
-	cmd1  [1]*redis.Cmd
-	call1 [1]call
-	ptr1  [1]*call
-}
-
-// finish settles c with cmd, unless it is settled already: exactly one
-// party (the pipeline that sent it, the stall judgement, or the waiter
-// giving up) settles each call, and the last one releases the waiter.
-func (r *request) finish(c *call, cmd *redis.Cmd) {
-	if !c.state.CompareAndSwap(callPending, callDone) {
-		return
-	}
-	r.cmds[c.idx] = cmd
-	if r.pending.Add(-1) == 0 {
-		close(r.done)
-	}
-}
-
-func failCmd(ctx context.Context, err error) *redis.Cmd {
-	c := redis.NewCmd(ctx)
-	c.SetErr(err)
-	return c
-}
 
 // pipe is one pipeline sent to a shard.
 type pipe struct {
