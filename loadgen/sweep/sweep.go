@@ -231,6 +231,14 @@ func Run(ctx context.Context, cfg Config) (rows []Row, err error) {
 	if _, err := r.redisStats(ctx); err != nil {
 		return nil, err
 	}
+	// Redis's own latency monitor records its pauses (expire cycles,
+	// slow commands, fork) of 1 ms or more, so a stall the node judged
+	// can be laid beside what Redis did in that second.
+	for _, kv := range [][2]string{{"latency-monitor-threshold", "1"}, {"slowlog-log-slower-than", "1000"}} {
+		if err := r.rc.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			return nil, fmt.Errorf("redis CONFIG SET %s: %w", kv[0], err)
+		}
+	}
 	cfg.Logger.Info("sweep starting", "redis", r.redis.Addr, "rows", len(cfg.Levels)*len(cfg.Cases), "estimate", cfg.Duration())
 	if cfg.Rows != nil {
 		if err := WriteHeader(cfg.Rows); err != nil {
@@ -353,6 +361,12 @@ func (r *runner) nodeRow(ctx context.Context, c Case, level int) (Row, error) {
 	if err := r.rc.FlushAll(ctx).Err(); err != nil {
 		return Row{}, fmt.Errorf("FLUSHALL: %w", err)
 	}
+	if err := r.rc.Do(ctx, "LATENCY", "RESET").Err(); err != nil {
+		return Row{}, fmt.Errorf("LATENCY RESET: %w", err)
+	}
+	if err := r.rc.SlowLogReset(ctx).Err(); err != nil {
+		return Row{}, fmt.Errorf("SLOWLOG RESET: %w", err)
+	}
 	policies := filepath.Join(r.dir, "policies-"+strings.ReplaceAll(c.String(), "/", "-")+".yaml")
 	if err := os.WriteFile(policies, []byte(c.policy()), 0o644); err != nil {
 		return Row{}, fmt.Errorf("policy file: %w", err)
@@ -397,6 +411,20 @@ func (r *runner) nodeRow(ctx context.Context, c Case, level int) (Row, error) {
 	}
 	row.Redis = w.redisEnd.Sub(w.redisStart)
 	row.BreakerOpenings = w.openings()
+	if row.RedisPauses, err = r.redisPauses(ctx); err != nil {
+		return Row{}, err
+	}
+	if len(row.RedisPauses) > 0 {
+		slow, err := r.rc.SlowLogGet(ctx, 16).Result()
+		if err != nil {
+			return Row{}, fmt.Errorf("SLOWLOG GET: %w", err)
+		}
+		var cmds []string
+		for _, l := range slow {
+			cmds = append(cmds, fmt.Sprintf("%s %v %.60q", l.Time.UTC().Format("15:04:05.000"), l.Duration, strings.Join(l.Args, " ")))
+		}
+		r.cfg.Logger.Info("redis latency events", "case", c.String(), "concurrency", level, "events", row.RedisPauses, "slowlog", cmds)
+	}
 	if n.exited() {
 		return Row{}, fmt.Errorf("the node exited during the row:\n%s", n.logTail())
 	}
@@ -506,6 +534,26 @@ func (r *runner) redisStats(ctx context.Context) (RedisStats, error) {
 		return RedisStats{}, fmt.Errorf("redis INFO: %w", err)
 	}
 	return ParseRedisStats(text)
+}
+
+// redisPauses reads LATENCY LATEST: each event Redis's latency monitor
+// saw since the row's LATENCY RESET, as "event max=Nms at=unix". When
+// there are any, the row's log line also gives the commands of 1 ms or
+// more from SLOWLOG.
+func (r *runner) redisPauses(ctx context.Context) ([]string, error) {
+	v, err := r.rc.Do(ctx, "LATENCY", "LATEST").Slice()
+	if err != nil {
+		return nil, fmt.Errorf("LATENCY LATEST: %w", err)
+	}
+	var out []string
+	for _, e := range v {
+		f, ok := e.([]any)
+		if !ok || len(f) < 4 {
+			return nil, fmt.Errorf("LATENCY LATEST: unexpected entry %v", e)
+		}
+		out = append(out, fmt.Sprintf("%v max=%vms latest=%vms at=%v", f[0], f[3], f[2], f[1]))
+	}
+	return out, nil
 }
 
 // metrics scrapes the node's /metrics.

@@ -38,6 +38,9 @@ type Row struct {
 	// Admitted is allowed plus failed open; Ideal is what the ideal
 	// bucket admitted of the same requests, -1 without a real limit.
 	Admitted, Ideal int64
+	// RedisPauses are the events of Redis's latency monitor (1 ms
+	// threshold) during the row, from LATENCY LATEST.
+	RedisPauses []string
 }
 
 // StoreDecisions is the part of Decisions the store made: answers
