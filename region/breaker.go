@@ -248,6 +248,31 @@ func (b *breaker) nextProbe() time.Time {
 	return b.probeAt
 }
 
+// answered records that the shard answered a pipeline judged stalled:
+// it was paused, not dead, and has just shown it is back, which is what a
+// probe would learn. A breaker opened once (its first wait, OpenMin)
+// closes at once, as on a probe answered in time: a pause of a few tens
+// of milliseconds then costs its own length decided without Redis, not
+// OpenMin. A breaker that reopened within a window of closing (in its
+// backoff: a shard slow for good, whose replies all come late) waits for
+// its probes, so a slow shard cannot flap the breaker at its own pace.
+// It reports whether the breaker closed.
+func (b *breaker) answered(now time.Time) bool {
+	if b.state == BreakerClosed || b.wait != b.opts.OpenMin {
+		return false
+	}
+	b.close(now)
+	return true
+}
+
+func (b *breaker) close(now time.Time) {
+	b.state = BreakerClosed
+	b.closedAt = now
+	b.consecutive = 0
+	clear(b.buckets)
+	b.headStart = now
+}
+
 // probed records a probe's result: ok closes the breaker with an empty
 // window; a failure waits twice as long before the next probe.
 func (b *breaker) probed(now time.Time, ok bool) {
@@ -255,11 +280,7 @@ func (b *breaker) probed(now time.Time, ok bool) {
 		return
 	}
 	if ok {
-		b.state = BreakerClosed
-		b.closedAt = now
-		b.consecutive = 0
-		clear(b.buckets)
-		b.headStart = now
+		b.close(now)
 		return
 	}
 	b.probeFailures++

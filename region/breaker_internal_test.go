@@ -143,3 +143,32 @@ func TestParsePSI(t *testing.T) {
 	assert.True(t, p.contended(t0.Add(50*time.Millisecond)), "read at most every 100 ms")
 	assert.False(t, p.contended(t0.Add(150*time.Millisecond)))
 }
+
+// The answer of a pipeline judged stalled closes a breaker that opened
+// once (the shard was paused, and is back), but not one in its backoff
+// (a shard slow for good would otherwise flap it at its own pace).
+func TestBreakerClosesOnTheStalledPipelinesAnswer(t *testing.T) {
+	b := testBreaker()
+	require.True(t, b.stall(t0))
+	require.True(t, b.answered(t0.Add(30*time.Millisecond)), "first opening: the answer closes it")
+	assert.Equal(t, BreakerClosed, b.state)
+	assert.True(t, b.allow())
+	assert.False(t, b.answered(t0.Add(31*time.Millisecond)), "closed already")
+
+	// Reopened 100 ms after closing: in backoff, the answer does not close.
+	require.True(t, b.stall(t0.Add(130*time.Millisecond)))
+	assert.Equal(t, 100*time.Millisecond, b.nextProbe().Sub(t0.Add(130*time.Millisecond)))
+	assert.False(t, b.answered(t0.Add(180*time.Millisecond)))
+	assert.Equal(t, BreakerOpen, b.state)
+	assert.Equal(t, uint64(2), b.openings)
+
+	// Half-open with a probe out: the answer closes it, and the probe's
+	// result, when it comes, moves nothing.
+	b = testBreaker()
+	b.stall(t0)
+	require.True(t, b.probeDue(b.nextProbe()))
+	require.True(t, b.answered(t0.Add(60*time.Millisecond)))
+	b.probed(t0.Add(61*time.Millisecond), false)
+	assert.Equal(t, BreakerClosed, b.state)
+	assert.Equal(t, uint64(0), b.probeFailures)
+}

@@ -334,3 +334,25 @@ func TestClusterBreakerIsPerShard(t *testing.T) {
 	takeOK(t, s, byMaster[bad])
 	assert.False(t, s.Degraded())
 }
+
+// A Redis that pauses (SIGSTOP, then SIGCONT) answers the pipeline judged
+// stalled once it runs again; that answer closes the breaker, without
+// waiting for a probe (here 10 s away, longer than the test waits).
+func TestAPausedShardsLateAnswerClosesItsBreaker(t *testing.T) {
+	redistest.Require(t)
+	in := redistest.Server(t)
+	slowProbe := region.BreakerOptions{OpenMin: 10 * time.Second, OpenFor: 10 * time.Second}
+	s := openWith(t, region.Options{Breaker: slowProbe}, in.Addr)
+	takeOK(t, s, "rl:{a}:x")
+	in.Pause()
+	_, _, err := take(s, "rl:{a}:x")
+	require.ErrorIs(t, err, region.ErrStalled)
+	require.Equal(t, region.BreakerOpen, s.Shards()[0].State)
+	_, _, err = take(s, "rl:{a}:x")
+	require.ErrorIs(t, err, region.ErrUnavailable, "open: refused without a send")
+	in.Continue()
+	require.Eventually(t, func() bool { return s.Shards()[0].State == region.BreakerClosed },
+		5*time.Second, 5*time.Millisecond, "the stalled pipeline's answer closes the breaker")
+	assert.Equal(t, uint64(1), s.Shards()[0].Openings)
+	takeOK(t, s, "rl:{a}:x")
+}

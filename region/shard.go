@@ -229,9 +229,14 @@ func (sh *shard) send(p *pipe) {
 	if p.abandoned && failure == nil {
 		// Not learnt from: a shard slowed for good would otherwise teach
 		// the threshold to wait for it. Logged, as a sign of a threshold
-		// too tight for this machine (or of a short freeze).
+		// too tight for this machine (or of a short freeze). The answer
+		// is a sign of life, as good as a probe's (breaker.answered).
+		closed := sh.brk != nil && sh.brk.answered(now)
 		s.opts.Logger.Info("redis shard answered a pipeline judged stalled", "shard", sh.addr,
 			"after", now.Sub(p.sent).Round(time.Microsecond), "calls", len(p.calls))
+		if closed {
+			s.opts.Logger.Info("redis circuit breaker", "shard", sh.addr, "to", "closed", "by", "the stalled pipeline's answer")
+		}
 	}
 	if !p.abandoned {
 		if failure == nil {
