@@ -1,9 +1,6 @@
 package policy
 
-import (
-	"net/netip"
-	"time"
-)
+import "time"
 
 // LeaseKnobs tune the leases of a `precision: leased` policy (see package
 // lease and ARCHITECTURE.md ("Leasing") for what each trades). In a
@@ -57,67 +54,5 @@ func (v *validator) leaseKnobs(id string, k *LeaseKnobs) {
 	}
 	if !(k.MaxShare >= 0 && k.MaxShare <= 1) {
 		v.add(id, "lease.max_share", "%v out of range (0, 1] (0 means the node's default)", k.MaxShare)
-	}
-}
-
-// AppendSubject appends p's counter subject for r to dst and returns it:
-// the bytes of Subject(r, tier), without allocating when dst has room.
-// The leased path hashes it to find a key's lease with no string built.
-func (p *Compiled) AppendSubject(dst []byte, r *Request, tier string) []byte {
-	if len(p.Per) == 0 {
-		return append(dst, '*')
-	}
-	for i, f := range p.Per {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = append(dst, f...)
-		dst = append(dst, '=')
-		if f == FieldIP {
-			dst = appendIP(dst, r.IP)
-			continue
-		}
-		dst = appendEscaped(dst, fieldValue(f, r, tier))
-	}
-	return dst
-}
-
-func appendIP(dst []byte, a netip.Addr) []byte {
-	if !a.IsValid() {
-		return dst
-	}
-	var buf [64]byte
-	return appendEscapedBytes(dst, CanonicalIP(a).AppendTo(buf[:0]))
-}
-
-// appendEscaped percent-encodes the bytes that would break a key or its
-// hash tag ({ } % , =), without allocating.
-func appendEscaped(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		dst = appendByte(dst, s[i])
-	}
-	return dst
-}
-
-func appendEscapedBytes(dst []byte, b []byte) []byte {
-	for _, c := range b {
-		dst = appendByte(dst, c)
-	}
-	return dst
-}
-
-func appendByte(dst []byte, c byte) []byte {
-	switch c {
-	case '{', '}', '%', ',', '=':
-		const hex = "0123456789ABCDEF"
-		return append(dst, '%', hex[c>>4], hex[c&15])
-	}
-	return append(dst, c)
-}
-
-// Each calls fn for every policy of the set, in file order.
-func (s *Set) Each(fn func(*Compiled)) {
-	for _, p := range s.policies {
-		fn(p)
 	}
 }

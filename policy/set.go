@@ -219,36 +219,9 @@ func (p *Compiled) matches(r *Request, tier string) bool {
 	return true
 }
 
-// Subject is the counter subject of r under p: its Per fields and their
-// values. Requests with equal subjects share counters. Values are escaped
-// so the subject is safe inside a Redis hash tag.
-func (p *Compiled) Subject(r *Request, tier string) string {
-	var buf [128]byte
-	return string(p.AppendSubject(buf[:0], r, tier))
-}
-
-// Key is the Redis key of limit l for subject: rl:{<subject>}:<policy>:<limit>.
-// The hash tag puts every limit of one subject in one cluster slot.
-func (l *CompiledLimit) Key(subject string) string {
-	return bucket.Render(subject, l.suffix)
-}
-
-func fieldValue(f Field, r *Request, tier string) string {
-	switch f {
-	case FieldTenant:
-		return r.Tenant
-	case FieldClient:
-		return r.Client
-	case FieldRoute:
-		return r.Route
-	case FieldMethod:
-		return r.Method
-	case FieldTier:
-		return tier
-	case FieldIP:
-		if r.IP.IsValid() {
-			return CanonicalIP(r.IP).String()
-		}
+// Each calls fn for every policy of the set, in file order.
+func (s *Set) Each(fn func(*Compiled)) {
+	for _, p := range s.policies {
+		fn(p)
 	}
-	return ""
 }
