@@ -42,8 +42,7 @@ func leasedDecider(t *testing.T) (*decide.Decider, *region.Store) {
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	set, err := policy.Load("test", []byte(leasedPolicies))
 	require.NoError(t, err)
-	d := decide.New(st, set, nil)
-	d.UseLeases(m)
+	d := decide.New(decide.Config{Store: st, Policies: set, Leases: m})
 	return d, st
 }
 
@@ -131,9 +130,7 @@ func TestLeasedWaitAndExactCallShareOneTimeout(t *testing.T) {
 	set, err := policy.Load("test", []byte(leasedPolicies))
 	require.NoError(t, err)
 	st := budgetStore{left: make(chan time.Duration, 1)}
-	d := decide.New(st, set, nil)
-	d.UseLeases(m)
-	d.SetStoreTimeout(timeout)
+	d := decide.New(decide.Config{Store: st, Policies: set, Leases: m, Timeout: timeout})
 	_, err = d.Check(context.Background(), &policy.Request{Tenant: "acme", Client: "c", Route: "/both"})
 	require.NoError(t, err)
 	left := <-st.left
@@ -157,8 +154,7 @@ func TestColdLeasedKeyDecidedExactly(t *testing.T) {
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	set, err := policy.Load("test", []byte(leasedPolicies))
 	require.NoError(t, err)
-	d := decide.New(st, set, nil)
-	d.UseLeases(m)
+	d := decide.New(decide.Config{Store: st, Policies: set, Leases: m})
 	ctx := context.Background()
 
 	dec, err := d.Check(ctx, &policy.Request{Tenant: "cold", Route: "/x"})

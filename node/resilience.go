@@ -109,9 +109,9 @@ type resilience struct {
 	wg       sync.WaitGroup
 }
 
-// startResilience gives the decider its store deadline and the local
-// fallback, joining the region's gossip if configured. st is nil in
-// standalone mode (no Redis, nothing to fall back from).
+// startResilience makes the local fallback for the decider, joining the
+// region's gossip if configured. st is nil in standalone mode (no Redis,
+// nothing to fall back from). It runs before the decider is made.
 func (n *Node) startResilience(st *region.Store) error {
 	r := &n.res
 	r.store, r.stop = st, make(chan struct{})
@@ -132,10 +132,6 @@ func (n *Node) startResilience(st *region.Store) error {
 		r.members, size = m, m
 	}
 	r.fallback = fallback.New(size, nil)
-	// No per-check store deadline: the store judges its shards' health
-	// itself (a stalled shard fails its calls after the stall threshold)
-	// and sheds what this node cannot get answered (region.Options).
-	n.decider.UseFallback(r.fallback)
 	return nil
 }
 
