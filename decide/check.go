@@ -43,7 +43,11 @@ func (d *Decider) Check(ctx context.Context, r *policy.Request) (Decision, error
 // checks (a batch) gives them one array instead of one allocation each.
 func (d *Decider) CheckAppend(ctx context.Context, r *policy.Request, statuses []Status) (Decision, error) {
 	st := d.state.Load()
-	c := check{d: d, st: st, ctx: ctx, sctx: ctx, r: r, tier: st.set.Tier(r), cost: st.set.Cost(r)}
+	// Field by field, not a composite literal: that is built aside and
+	// copied, a kilobyte on every check.
+	var c check
+	c.d, c.st, c.ctx, c.sctx, c.r = d, st, ctx, ctx, r
+	c.tier, c.cost = st.set.Tier(r), st.set.Cost(r)
 	var buf [8]*policy.Compiled
 	matched := st.set.Match(r, c.tier, buf[:0])
 	if len(matched) == 0 {

@@ -210,7 +210,10 @@ func (n *Node) openStore(ctx context.Context) (decide.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to region redis %v: %w", n.cfg.Redis, err)
 	}
-	m, err := lease.New(lease.Options{Source: n.leaseSource(st), Defaults: n.cfg.Lease, Logger: n.perRequestLog(), ColdExact: true})
+	m, err := lease.New(lease.Options{
+		Source: n.leaseSource(st), Defaults: n.cfg.Lease, Logger: n.perRequestLog(), ColdExact: true,
+		CallTimeout: n.cfg.Resilience.LeaseTimeout, // --redis-lease-timeout
+	})
 	if err != nil {
 		_ = st.Close()
 		return nil, fmt.Errorf("lease manager: %w", err)

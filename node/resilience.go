@@ -36,8 +36,9 @@ type Resilience struct {
 	// gets all of RedisTimeout, as before the margin existed). It must be
 	// less than RedisTimeout.
 	RedisTimeoutMargin time.Duration
-	// LeaseTimeout bounds one asynchronous lease refill or return. Zero
-	// means region.DefaultLeaseTimeout.
+	// LeaseTimeout is the deadline of one asynchronous lease refill or
+	// return (lease.Options.CallTimeout, the only one on such a call).
+	// Zero means lease.DefaultCallTimeout.
 	LeaseTimeout time.Duration
 	// RedisMaxWait, RedisStallMax, RedisPipelines and RedisMaxBatch are
 	// region.Options' MaxWait (longest wait on a healthy shard before a
@@ -89,7 +90,7 @@ func (r Resilience) callTimeout() (time.Duration, error) {
 
 func (r Resilience) regionOptions(n *Node, call time.Duration) region.Options {
 	return region.Options{
-		Timeout: call, LeaseTimeout: r.LeaseTimeout, Breaker: r.Breaker, Logger: n.log,
+		Timeout: call, Breaker: r.Breaker, Logger: n.log,
 		MaxWait: r.RedisMaxWait, StallMax: r.RedisStallMax, Pipelines: r.RedisPipelines, MaxBatch: r.RedisMaxBatch,
 	}
 }
