@@ -30,7 +30,7 @@ policies:
 func benchDecider(b *testing.B, store decide.Store) *decide.Decider {
 	set, err := policy.Load("bench", []byte(benchPolicies))
 	require.NoError(b, err)
-	return decide.New(store, set, nil)
+	return decide.New(decide.Config{Store: store, Policies: set})
 }
 
 // BenchmarkStandaloneDecision is one decision on the in-process store.
@@ -126,8 +126,7 @@ policies:
       - {name: per_second, algorithm: token_bucket, limit: 1000000000, period: 1s}
 `))
 	require.NoError(b, err)
-	d := decide.New(st, set, nil)
-	d.UseLeases(m)
+	d := decide.New(decide.Config{Store: st, Policies: set, Leases: m})
 	r, err := (&decide.Input{Tenant: "org_bench", Route: "/v1/x", Method: "GET"}).Request()
 	require.NoError(b, err)
 	ctx := context.Background()

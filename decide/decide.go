@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/algorithm"
-	"github.com/allot-dev/allot/bucket"
 	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/policy"
 )
@@ -76,48 +75,90 @@ type Decision struct {
 // concurrent use; SetPolicies swaps the set without pausing checks, and a
 // check in flight finishes on the set it started with.
 type Decider struct {
-	policies atomic.Pointer[policy.Set]
+	state    atomic.Pointer[state]
 	store    Store
 	log      *slog.Logger
 	leases   *lease.Manager // nil: leased policies take the exact path
-	view     atomic.Pointer[leaseView]
-	fallback Fallback // nil: on_store_failure: local fails open
-	timeout  time.Duration
-	warned   atomic.Int64 // unix ns of the last store-failure warning
-	regions  int          // n: a scope: global limit enforces L/n here unless a coordinator share says otherwise
-	demand   demand       // exact-path global keys' demand, for DrainDemand
+	fallback Fallback       // nil: on_store_failure: local fails open
+	timeout  time.Duration  // the budget of one check's store work; 0: none
+	regions  int            // n: a scope: global limit enforces L/n here unless a coordinator share says otherwise
+	warned   atomic.Int64   // unix ns of the last store-failure warning
+	demand   demand         // exact-path global keys' demand, for DrainDemand
 }
 
-// New returns a Decider over store, enforcing set.
-func New(store Store, set *policy.Set, log *slog.Logger) *Decider {
+// state is a policy set and the lease limits of its leased policies,
+// swapped together: a check loads one pointer and finds the lease view
+// built for the set it decides on, never one built for another.
+type state struct {
+	set *policy.Set
+	// leased maps the leased policies of set to their lease limits (nil
+	// without a lease manager): a policy absent takes the exact path.
+	leased map[*policy.Compiled][]*lease.Limit
+}
+
+// Config configures a Decider. Every field is fixed for its life but
+// Policies, which SetPolicies replaces.
+type Config struct {
+	// Store counts the exact policies: region.Store (Redis) or
+	// memstore.Store (in process).
+	Store Store
+	// Policies is the set enforced until SetPolicies replaces it.
+	Policies *policy.Set
+	// Leases routes `precision: leased` policies through a lease manager:
+	// they are decided from tokens leased to this node instead of one
+	// Redis call per check. Nil (standalone mode): leased policies take
+	// the exact path on Store.
+	Leases *lease.Manager
+	// Fallback decides `on_store_failure: local` policies while Store
+	// fails. Nil: they fail open.
+	Fallback Fallback
+	// Regions is n when n regions share every `scope: global` limit. A
+	// global rate limit then enforces the default share L/n
+	// (algorithm.Spec.Share) as the scripts' numbers, which a
+	// coordinator's share written into the bucket overrides (token
+	// buckets, leased or exact); a global quota (fixed window) enforces
+	// the whole L against its region's count plus the other regions'
+	// counts the coordinator writes (docs/multi-region.md, "Global
+	// quotas"). The exact path then also counts the demand of its global
+	// keys for DrainDemand. n <= 1 enforces L.
+	Regions int
+	// Timeout is the budget of one check's store work: a check that asks
+	// the store or waits for a lease refill gets one deadline, this long
+	// from its start, for all of it (the refill wait, the take, a refund,
+	// the fallback). Zero means none beyond the store's own, as nodes
+	// run: the region store judges its shards' stalls itself
+	// (--redis-timeout) and sheds what this node cannot get answered
+	// (--redis-max-wait), and a check whose wall-clock bound passes while
+	// the store is healthy would be shed (an overloaded error), not
+	// decided by on_store_failure.
+	Timeout time.Duration
+	// Log receives the decider's warnings; nil discards them.
+	Log *slog.Logger
+}
+
+// New returns a Decider configured by cfg.
+func New(cfg Config) *Decider {
+	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	d := &Decider{store: store, log: log}
-	d.policies.Store(set)
+	d := &Decider{
+		store: cfg.Store, log: log, leases: cfg.Leases, fallback: cfg.Fallback,
+		timeout: cfg.Timeout, regions: cfg.Regions,
+	}
+	d.SetPolicies(cfg.Policies)
 	return d
 }
 
 // SetPolicies replaces the policy set. Counters are untouched: a changed
-// limit applies to the existing bucket under the same key.
+// limit applies to the existing bucket under the same key. The lease
+// limits of the set's leased policies are built here, before the set
+// serves its first check; because they are rebuilt for every new set, a
+// settings change reaches each key at its next grant, without a restart
+// (tokens already granted keep the TTL they were granted with).
 func (d *Decider) SetPolicies(s *policy.Set) {
-	d.policies.Store(s)
-	d.warnUndividable(s, d.regions)
-}
-
-// SetRegions tells the decider that n regions share every `scope: global`
-// limit. A global rate limit then enforces the default share L/n
-// (algorithm.Spec.Share) as the scripts' numbers, which a coordinator's
-// share written into the bucket overrides (token buckets, leased or
-// exact); a global quota (fixed window) enforces the whole L against its
-// region's count plus the other regions' counts the coordinator writes
-// (docs/multi-region.md, "Global quotas"). The exact path then also
-// counts the demand of its global keys for DrainDemand. n <= 1 enforces
-// L. Call it before serving.
-func (d *Decider) SetRegions(n int) {
-	d.regions = n
-	d.view.Store(nil)
-	d.warnUndividable(d.policies.Load(), n)
+	d.state.Store(&state{set: s, leased: d.leaseView(s)})
+	d.warnUndividable(s)
 }
 
 // warnUndividable logs each global rate limit too small to split among n
@@ -125,7 +166,8 @@ func (d *Decider) SetRegions(n int) {
 // coordinator writes shares the regions may together admit n per period
 // where the policy says less (docs/multi-region.md, Theorem 1). It says
 // so rather than refusing the set: the limit is still enforced, loosely.
-func (d *Decider) warnUndividable(s *policy.Set, n int) {
+func (d *Decider) warnUndividable(s *policy.Set) {
+	n := d.regions
 	if s == nil || n <= 1 {
 		return
 	}
@@ -154,280 +196,7 @@ func regionalSpec(pol *policy.Compiled, l *policy.CompiledLimit, regions int) al
 }
 
 // Policies returns the set in force.
-func (d *Decider) Policies() *policy.Set { return d.policies.Load() }
-
-// ref ties a group item back to the policy and limit it came from, and
-// the spec this region enforces for it.
-type ref struct {
-	policy *policy.Compiled
-	limit  *policy.CompiledLimit
-	spec   algorithm.Spec
-}
-
-// plan is the store work of one check.
-type plan struct {
-	groups []algorithm.Group
-	refs   [][]ref
-	shadow []bool
-	// regions is n for global policies: see Decider.SetRegions.
-	regions int
-	// out is the storage decide builds the statuses in (CheckAppend).
-	out []Status
-	// room is storage for the first group and items, made by the first
-	// add: one allocation where the slices cost five. Nil for a check
-	// with no exact policy (the leased path allocates nothing here).
-	room *planRoom
-}
-
-// planRoom holds a typical check's plan: one group of up to two items
-// (272 bytes; room for more cost every check its bytes). More spill to
-// the heap by append.
-type planRoom struct {
-	groups [1]algorithm.Group
-	refs   [1][]ref
-	shadow [1]bool
-	items  [2]algorithm.Item
-	irefs  [2]ref
-	used   int // items (and irefs) handed out
-}
-
-func (p *plan) add(subject string, pol *policy.Compiled, cost int64) {
-	if p.room == nil && p.groups == nil {
-		p.room = &planRoom{}
-		p.groups, p.refs, p.shadow = p.room.groups[:0], p.room.refs[:0], p.room.shadow[:0]
-	}
-	gi := -1
-	for i := range p.groups {
-		if p.shadow[i] == pol.Shadow && sameSubject(p.groups[i][0].Key, subject) {
-			gi = i
-			break
-		}
-	}
-	if gi < 0 {
-		var items []algorithm.Item
-		var irefs []ref
-		if r := p.room; r != nil && r.used+len(pol.Limits) <= len(r.items) {
-			// Capped at this policy's limits: a later policy appending to
-			// the group reallocates rather than overwrite another group.
-			n := r.used + len(pol.Limits)
-			items, irefs = r.items[r.used:r.used:n], r.irefs[r.used:r.used:n]
-			r.used = n
-		}
-		p.groups = append(p.groups, items)
-		p.refs = append(p.refs, irefs)
-		p.shadow = append(p.shadow, pol.Shadow)
-		gi = len(p.groups) - 1
-	}
-	for i := range pol.Limits {
-		l := &pol.Limits[i]
-		spec := regionalSpec(pol, l, p.regions)
-		p.groups[gi] = append(p.groups[gi], algorithm.Item{Key: l.Key(subject), Spec: spec, Cost: cost})
-		p.refs[gi] = append(p.refs[gi], ref{pol, l, spec})
-	}
-}
-
-// sameSubject reports whether key is a bucket key of subject.
-func sameSubject(key, subject string) bool {
-	return bucket.HasSubject(key, subject)
-}
-
-// Check decides r.
-func (d *Decider) Check(ctx context.Context, r *policy.Request) (Decision, error) {
-	return d.CheckAppend(ctx, r, nil)
-}
-
-// CheckAppend decides r as Check does, building the decision's statuses
-// in the storage of statuses: Decision.Statuses is append(statuses[:0], ...), so
-// it shares that array when they fit in its capacity. A caller deciding many
-// checks (a batch) gives them one array instead of one allocation each.
-func (d *Decider) CheckAppend(ctx context.Context, r *policy.Request, statuses []Status) (Decision, error) {
-	set := d.policies.Load()
-	tier := set.Tier(r)
-	cost := set.Cost(r)
-	var buf [8]*policy.Compiled
-	matched := set.Match(r, tier, buf[:0])
-	if len(matched) == 0 {
-		return Decision{Outcome: Allowed}, nil
-	}
-	p := plan{regions: d.regions, out: statuses[:0]}
-	var leasedBuf, exactBuf [8]*policy.Compiled
-	leased, exact := leasedBuf[:0], exactBuf[:0]
-	for _, pol := range matched {
-		if d.leasedLimits(set, pol) != nil {
-			leased = append(leased, pol)
-			continue
-		}
-		exact = append(exact, pol)
-		p.add(pol.Subject(r, tier), pol, cost)
-	}
-	var takes []leasedTake
-	var failed []*policy.Compiled // decided by on_store_failure
-	var cause error
-	// A check with leased and exact policies may wait for a refill and
-	// then call the store: both share one timeout, from here. (A check
-	// with only leased policies, the hot path, reads no clock.)
-	var start time.Time
-	if len(leased) > 0 && len(p.groups) > 0 && d.timeout > 0 {
-		start = time.Now()
-	}
-	if len(leased) > 0 {
-		var takeBuf [8]leasedTake
-		var denied bool
-		takes, denied, failed, cause = d.takeLeased(ctx, set, leased, r, tier, cost, takeBuf[:0], &p)
-		if IsOverloaded(cause) {
-			d.giveBack(takes)
-			return Decision{}, fmt.Errorf("leased check: %w", cause)
-		}
-		if denied || (len(p.groups) == 0 && len(failed) == 0) {
-			// A leased denial decides without asking the store at all.
-			return p.decide(nil, cost, takes), nil
-		}
-	}
-	var results []algorithm.Result
-	sctx := ctx
-	if len(p.groups) > 0 {
-		var cancel context.CancelFunc
-		sctx, cancel = d.storeCtxFrom(ctx, start)
-		defer cancel()
-		var err error
-		results, err = d.store.Take(sctx, p.groups)
-		switch {
-		case IsOverloaded(err):
-			d.giveBack(takes)
-			return Decision{}, fmt.Errorf("check: %w", err)
-		case err != nil:
-			failed, cause = append(failed, exact...), err
-			p, results = plan{regions: d.regions, out: p.out}, nil
-		case len(results) != len(p.groups):
-			d.giveBack(takes)
-			return Decision{}, fmt.Errorf("store answered %d groups for %d", len(results), len(p.groups))
-		}
-	}
-	if len(failed) > 0 {
-		return d.degraded(ctx, sctx, r, tier, cost, &p, results, takes, failed, cause)
-	}
-	dec := p.decide(results, cost, takes)
-	if d.regions > 1 {
-		d.demand.record(&p, dec.Outcome == Throttled, cost)
-	}
-	if dec.Outcome == Throttled {
-		d.refund(sctx, &p, results)
-		d.giveBack(takes)
-	}
-	return dec, nil
-}
-
-// refund gives back what the allowed groups of a denied request took, so a
-// denial by one subject burns no tokens of another.
-func (d *Decider) refund(ctx context.Context, p *plan, results []algorithm.Result) {
-	d.refundTo(ctx, d.store, p, results)
-}
-
-// refundTo gives back to store what the allowed groups of p took. The
-// refund outlives the caller's cancellation but not ctx's deadline: it
-// shares the take's time budget.
-func (d *Decider) refundTo(ctx context.Context, store Store, p *plan, results []algorithm.Result) {
-	var back []algorithm.Group
-	for i, res := range results {
-		if res.Allowed {
-			back = append(back, p.groups[i])
-		}
-	}
-	if len(back) == 0 {
-		return
-	}
-	rctx := context.WithoutCancel(ctx)
-	if dl, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		rctx, cancel = context.WithDeadline(rctx, dl)
-		defer cancel()
-	}
-	if err := store.Refund(rctx, back); err != nil {
-		// Lost refunds under-admit until the buckets refill; never over-admit.
-		d.log.Warn("refund failed", "groups", len(back), "err", err)
-	}
-}
-
-func (p *plan) decide(results []algorithm.Result, cost int64, takes []leasedTake) Decision {
-	var dec Decision
-	var deciding *Status
-	dec.Statuses, dec.Shadow = leasedStatuses(takes, p.out[:0])
-	type take struct {
-		i        int // index in dec.Statuses
-		cost     int64
-		windowed bool
-	}
-	var taken []take // items of allowed groups
-	for gi, res := range results {
-		for ii, ir := range res.Items {
-			ref := p.refs[gi][ii]
-			st := Status{
-				PolicyID:   ref.policy.ID,
-				LimitName:  ref.limit.Name,
-				Limit:      ref.spec.Capacity(),
-				Quota:      ref.spec.Limit,
-				Remaining:  ir.Remaining,
-				ResetAfter: ir.ResetAfter,
-				Window:     ref.spec.Period,
-				Violated:   !res.Allowed && ir.RetryAfter != 0,
-				// Decided by the store itself (a cold key of a leased
-				// policy too); the fallback's are marked by markLocal.
-				Exact: true,
-			}
-			if st.Violated {
-				st.RetryAfter = ir.RetryAfter
-			}
-			if p.shadow[gi] {
-				if st.Violated {
-					dec.Shadow = append(dec.Shadow, st)
-				}
-				continue
-			}
-			if res.Allowed {
-				taken = append(taken, take{len(dec.Statuses), p.groups[gi][ii].Cost, ref.spec.Algorithm.Windowed()})
-			}
-			dec.Statuses = append(dec.Statuses, st)
-		}
-	}
-	for i := range dec.Statuses {
-		st := &dec.Statuses[i]
-		switch {
-		case deciding == nil:
-			deciding = st
-		case st.Violated != deciding.Violated:
-			if st.Violated {
-				deciding = st
-			}
-		case st.Violated:
-			if later(st.RetryAfter, deciding.RetryAfter) {
-				deciding = st
-			}
-		case st.Remaining < deciding.Remaining:
-			deciding = st
-		}
-	}
-	if deciding == nil { // only shadow policies applied
-		return dec
-	}
-	dec.Limit, dec.Remaining, dec.ResetAfter, dec.PolicyID = deciding.Limit, deciding.Remaining, deciding.ResetAfter, deciding.PolicyID
-	if deciding.Violated {
-		// A denied check gives back what its allowed groups took (Check's
-		// refund): report those limits as they will stand, not as they
-		// stood between take and refund (another subject's ip-perimeter
-		// showed r=375 while Redis held 400).
-		for _, t := range taken {
-			refunded(&dec.Statuses[t.i], t.cost, t.windowed)
-		}
-		dec.Outcome = Throttled
-		dec.RetryAfter = deciding.RetryAfter
-		dec.ResetAfter = deciding.RetryAfter
-		dec.Reason = reason(deciding, cost)
-		if deciding.RetryAfter == algorithm.Never {
-			dec.RetryAfter, dec.ResetAfter = 0, 0
-		}
-	}
-	return dec
-}
+func (d *Decider) Policies() *policy.Set { return d.state.Load().set }
 
 // refunded moves st to its state after a refund of cost: the tokens come
 // back (up to the capacity); for the buckets the time to full shrinks by

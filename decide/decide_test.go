@@ -45,7 +45,7 @@ func newDecider(t *testing.T, store decide.Store) *decide.Decider {
 	t.Helper()
 	set, err := policy.Load("test", []byte(policies))
 	require.NoError(t, err)
-	return decide.New(store, set, nil)
+	return decide.New(decide.Config{Store: store, Policies: set})
 }
 
 func check(t *testing.T, d *decide.Decider, in decide.Input) decide.Decision {
@@ -117,7 +117,7 @@ policies:
   - {id: free, per: [tenant], limits: [{name: per_second, algorithm: token_bucket, limit: 5, period: 1s, burst: 10}]}
 `))
 	require.NoError(t, err)
-	d := decide.New(memstore.New(clk.Now), set, nil)
+	d := decide.New(decide.Config{Store: memstore.New(clk.Now), Policies: set})
 	in := decide.Input{Tenant: "t1", Route: "/v1/transfers", Method: "post"}
 	dec := check(t, d, in) // cost 10 takes the whole burst
 	require.Equal(t, decide.Allowed, dec.Outcome)
@@ -154,7 +154,7 @@ func TestShadowPolicyNeverDeniesButReports(t *testing.T) {
 func TestNoMatchingPolicyIsAllowed(t *testing.T) {
 	set, err := policy.Load("empty", []byte(`policies: [{id: x, match: {tenant: only}, limits: [{name: a, algorithm: token_bucket, limit: 1, period: 1s}]}]`))
 	require.NoError(t, err)
-	d := decide.New(memstore.New(nil), set, nil)
+	d := decide.New(decide.Config{Store: memstore.New(nil), Policies: set})
 	dec := check(t, d, decide.Input{Tenant: "other"})
 	assert.Equal(t, decide.Allowed, dec.Outcome)
 	assert.Empty(t, dec.Statuses)
@@ -174,7 +174,7 @@ policies:
   - {id: login, match: {route: /login}, per: [client], on_store_failure: closed, limits: [{name: a, algorithm: token_bucket, limit: 1, period: 1s}]}
 `))
 	require.NoError(t, err)
-	d := decide.New(failingStore{}, set, nil)
+	d := decide.New(decide.Config{Store: failingStore{}, Policies: set})
 	assert.Equal(t, decide.FailedOpen, check(t, d, decide.Input{Tenant: "t"}).Outcome)
 	dec := check(t, d, decide.Input{Tenant: "t", Client: "u", Route: "/login"})
 	assert.Equal(t, decide.Throttled, dec.Outcome)
@@ -239,7 +239,7 @@ func FuzzInput(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	d := decide.New(memstore.New(nil), set, nil)
+	d := decide.New(decide.Config{Store: memstore.New(nil), Policies: set})
 	f.Fuzz(func(t *testing.T, tenant, client, route, method, ip, tier string, cost int64) {
 		in := decide.Input{Tenant: tenant, Client: client, Route: route, Method: method, IP: ip, Tier: tier, Cost: cost}
 		r, err := in.Request()
@@ -271,8 +271,7 @@ policies:
   - {id: regional, per: [client], limits: [{name: s, algorithm: token_bucket, limit: 30, period: 1h}]}
 `))
 	require.NoError(t, err)
-	d := decide.New(memstore.New(nil), set, nil)
-	d.SetRegions(3)
+	d := decide.New(decide.Config{Store: memstore.New(nil), Policies: set, Regions: 3})
 	allowed := countAllowed(t, d, decide.Input{Tenant: "t"}, 40)
 	assert.Equal(t, 10, allowed, "a global limit of 30 in one of 3 regions admits its share, 10")
 	dec := check(t, d, decide.Input{Client: "c"})
@@ -281,7 +280,8 @@ policies:
 
 // A global rate limit below the number of regions cannot be split (each
 // region's default share is at least 1): the decider says so, for every
-// such limit and only those, when it learns n or gets a new set.
+// such limit and only those, when it is made for n regions or gets a new
+// set.
 func TestUndividableGlobalLimitIsLogged(t *testing.T) {
 	set, err := policy.Load("t", []byte(`
 policies:
@@ -291,9 +291,10 @@ policies:
 `))
 	require.NoError(t, err)
 	var buf bytes.Buffer
-	d := decide.New(memstore.New(nil), set, slog.New(slog.NewTextHandler(&buf, nil)))
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	decide.New(decide.Config{Store: memstore.New(nil), Policies: set, Log: log})
 	assert.Empty(t, buf.String(), "one region: nothing to split")
-	d.SetRegions(3)
+	d := decide.New(decide.Config{Store: memstore.New(nil), Policies: set, Log: log, Regions: 3})
 	out := buf.String()
 	assert.Equal(t, 1, strings.Count(out, "global limit below the number of regions"), out)
 	assert.Contains(t, out, "policy=tiny limit=s")
@@ -314,8 +315,7 @@ policies:
   - {id: regional, per: [ip], limits: [{name: s, algorithm: token_bucket, limit: 30, period: 1h}]}
 `))
 	require.NoError(t, err)
-	d := decide.New(memstore.New(nil), set, nil)
-	d.SetRegions(3)
+	d := decide.New(decide.Config{Store: memstore.New(nil), Policies: set, Regions: 3})
 	allowed := countAllowed(t, d, decide.Input{Tenant: "q", Client: "c"}, 40)
 	assert.Equal(t, 30, allowed, "a global quota of 30 is not divided by the regions")
 	for range 12 {

@@ -1,7 +1,6 @@
 package decide
 
 import (
-	"context"
 	"slices"
 	"time"
 
@@ -18,70 +17,37 @@ type Fallback interface {
 	Share(c int64) int64
 }
 
-// UseFallback makes `on_store_failure: local` policies decide from f while
-// the store fails. Without it they fail open. Call it before serving.
-func (d *Decider) UseFallback(f Fallback) { d.fallback = f }
-
-// SetStoreTimeout bounds the store work of one check, the take and any
-// refund together, by t (0: no bound beyond the store's own). Nodes leave
-// it at 0: the region store judges its shards' stalls itself, and a
-// check whose caller-side bound passes while the store is healthy is
-// shed (an overloaded error), not decided by on_store_failure. Call it
-// before serving.
-func (d *Decider) SetStoreTimeout(t time.Duration) { d.timeout = t }
-
-// storeCtx bounds ctx by the store timeout. The caller's ctx is kept for
-// telling its own cancellation from the store's deadline.
-func (d *Decider) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d.timeout <= 0 {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, d.timeout)
-}
-
-// storeCtxFrom is storeCtx with the timeout counted from start (zero:
-// from now), so that work done since start spends the same budget.
-func (d *Decider) storeCtxFrom(ctx context.Context, start time.Time) (context.Context, context.CancelFunc) {
-	if d.timeout <= 0 || start.IsZero() {
-		return d.storeCtx(ctx)
-	}
-	return context.WithDeadline(ctx, start.Add(d.timeout))
-}
-
 // warnEvery rate-limits the store-failure warning: during an outage every
 // check fails, and a log line per check would cost more than the check.
 const warnEvery = 10 * time.Second
 
 // degraded decides a check some of whose policies could not reach the
-// store (failed; cause says why). Each enforced failed policy follows its
+// store (c.failed; c.cause says why). Each enforced failed policy follows its
 // on_store_failure: any `closed` one throttles the request; `local` ones
 // are taken from the fallback; `open` ones are skipped, and the request,
-// if allowed, is FAILED_OPEN. What did reach the store (results of p,
+// if allowed, is FAILED_OPEN. What did reach the store (c.results, the
 // leased takes) still counts, and is given back if the request is denied.
-func (d *Decider) degraded(ctx, storeCtx context.Context, r *policy.Request, tier string, cost int64, p *plan, results []algorithm.Result, takes []leasedTake, failed []*policy.Compiled, cause error) (Decision, error) {
-	dec, err := d.byStoreFailure(ctx, storeCtx, r, tier, cost, p, results, takes, failed, cause)
+func (c *check) degraded() (Decision, error) {
+	dec, err := c.byStoreFailure()
 	// A shadow policy's failure changes nothing enforced.
-	dec.Degraded = err == nil && slices.ContainsFunc(failed, func(pol *policy.Compiled) bool { return !pol.Shadow })
+	dec.Degraded = err == nil && slices.ContainsFunc(c.failed, func(pol *policy.Compiled) bool { return !pol.Shadow })
 	return dec, err
 }
 
 // byStoreFailure is degraded without the Degraded mark.
-func (d *Decider) byStoreFailure(ctx, storeCtx context.Context, r *policy.Request, tier string, cost int64, p *plan, results []algorithm.Result, takes []leasedTake, failed []*policy.Compiled, cause error) (Decision, error) {
-	undo := func() {
-		d.refundTo(storeCtx, d.store, p, results)
-		d.giveBack(takes)
-	}
-	if err := ctx.Err(); err != nil {
-		undo()
+func (c *check) byStoreFailure() (Decision, error) {
+	d := c.d
+	if err := c.ctx.Err(); err != nil {
+		c.undo()
 		return Decision{}, err
 	}
 	if now := time.Now().UnixNano(); now-d.warned.Load() >= int64(warnEvery) {
 		d.warned.Store(now)
-		d.log.Warn("store failed; deciding by on_store_failure (logged at most every 10s)", "err", cause)
+		d.log.Warn("store failed; deciding by on_store_failure (logged at most every 10s)", "err", c.cause)
 	}
-	for _, pol := range failed {
+	for _, pol := range c.failed {
 		if !pol.Shadow && pol.OnStoreFailure == policy.FailClosed {
-			undo()
+			c.undo()
 			return Decision{
 				Outcome:  Throttled,
 				PolicyID: pol.ID,
@@ -92,11 +58,11 @@ func (d *Decider) byStoreFailure(ctx, storeCtx context.Context, r *policy.Reques
 	open := ""
 	local := plan{regions: d.regions}
 	var localIDs []string
-	for _, pol := range failed {
+	for _, pol := range c.failed {
 		switch {
 		case pol.Shadow: // never denies; nothing to report without a store
 		case pol.OnStoreFailure == policy.FailLocal && d.fallback != nil:
-			local.add(pol.Subject(r, tier), pol, cost)
+			local.add(pol.Subject(c.r, c.tier), pol, c.cost)
 			localIDs = append(localIDs, pol.ID)
 		case open == "":
 			open = pol.ID
@@ -105,28 +71,23 @@ func (d *Decider) byStoreFailure(ctx, storeCtx context.Context, r *policy.Reques
 	var fb []algorithm.Result
 	if len(local.groups) > 0 {
 		var err error
-		fb, err = d.fallback.Take(ctx, local.groups)
+		fb, err = d.fallback.Take(c.ctx, local.store())
 		if err != nil || len(fb) != len(local.groups) {
 			// Only a spec the fallback cannot scale gets here (logged):
 			// those policies fail open rather than deny forever.
 			d.log.Warn("local fallback failed; failing open", "err", err)
 			local, fb, localIDs = plan{regions: d.regions}, nil, nil
 			if open == "" {
-				open = failedOpenID(failed)
+				open = failedOpenID(c.failed)
 			}
 		}
 	}
-	all := plan{
-		groups: slices.Concat(p.groups, local.groups),
-		refs:   slices.Concat(p.refs, local.refs),
-		shadow: slices.Concat(p.shadow, local.shadow),
-		out:    p.out,
-	}
-	dec := all.decide(slices.Concat(results, fb), cost, takes)
+	all := plan{groups: slices.Concat(c.plan.groups, local.groups), out: c.plan.out}
+	dec := all.decide(slices.Concat(c.results, fb), c.cost, c.takes.all())
 	d.markLocal(&dec, localIDs)
 	if dec.Outcome == Throttled {
-		undo()
-		d.refundTo(ctx, d.fallback, &local, fb)
+		c.undo()
+		c.refundTo(c.ctx, d.fallback, &local, fb)
 		return dec, nil
 	}
 	if open != "" {

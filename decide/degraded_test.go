@@ -54,8 +54,7 @@ func modeDecider(t *testing.T, n int) (*decide.Decider, *flaky) {
 	set, err := policy.Load("modes", []byte(modePolicies))
 	require.NoError(t, err)
 	st := &flaky{mem: memstore.New(nil)}
-	d := decide.New(st, set, nil)
-	d.UseFallback(fallback.New(fallback.Fixed(n), nil))
+	d := decide.New(decide.Config{Store: st, Policies: set, Fallback: fallback.New(fallback.Fixed(n), nil)})
 	return d, st
 }
 
@@ -135,7 +134,7 @@ func TestLocalWithoutFallbackFailsOpen(t *testing.T) {
 	require.NoError(t, err)
 	st := &flaky{mem: memstore.New(nil)}
 	st.down.Store(true)
-	d := decide.New(st, set, nil)
+	d := decide.New(decide.Config{Store: st, Policies: set})
 	assert.Equal(t, decide.FailedOpen, checkReq(t, d, policy.Request{Tenant: "t", Route: "/search"}).Outcome)
 }
 
@@ -163,9 +162,7 @@ func TestLeasedPolicySpendsTokensOnHandFirst(t *testing.T) {
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	set, err := policy.Load("test", []byte(leasedLocal))
 	require.NoError(t, err)
-	d := decide.New(st, set, nil)
-	d.UseLeases(m)
-	d.UseFallback(fallback.New(fallback.Fixed(3), nil))
+	d := decide.New(decide.Config{Store: st, Policies: set, Leases: m, Fallback: fallback.New(fallback.Fixed(3), nil)})
 	r := policy.Request{Tenant: "acme"}
 
 	// Ramp the grant up until this node holds tokens (granted minus spent).

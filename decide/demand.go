@@ -19,24 +19,30 @@ func (dm *demand) record(p *plan, denied bool, cost int64) {
 	}
 	dm.mu.Lock()
 	defer dm.mu.Unlock()
-	for gi, refs := range p.refs {
-		if p.shadow[gi] {
+	for gi := range p.groups {
+		g := &p.groups[gi]
+		if g.shadow {
 			continue
 		}
-		for ii, ref := range refs {
-			if !ref.policy.Global {
+		k := 0 // g.items[k] is the item of the limit at hand
+		for _, pol := range g.pols {
+			if !pol.Global {
+				k += len(pol.Limits)
 				continue
 			}
-			key := p.groups[gi][ii].Key
-			if dm.m == nil {
-				dm.m = map[string]*[2]int64{}
+			for range pol.Limits {
+				key := g.items[k].Key
+				k++
+				if dm.m == nil {
+					dm.m = map[string]*[2]int64{}
+				}
+				c := dm.m[key]
+				if c == nil {
+					c = new([2]int64)
+					dm.m[key] = c
+				}
+				c[i] += cost
 			}
-			c := dm.m[key]
-			if c == nil {
-				c = new([2]int64)
-				dm.m[key] = c
-			}
-			c[i] += cost
 		}
 	}
 }

@@ -8,13 +8,13 @@ import (
 // LeaseConfigs returns the knobs of the lease limits the leased path uses
 // for policy id under the decider's current set (nil: none, or exact).
 func (d *Decider) LeaseConfigs(id string) []lease.Config {
-	set := d.Policies()
+	st := d.state.Load()
 	var out []lease.Config
-	set.Each(func(pol *policy.Compiled) {
+	st.set.Each(func(pol *policy.Compiled) {
 		if pol.ID != id {
 			return
 		}
-		for _, l := range d.leasedLimits(set, pol) {
+		for _, l := range st.leased[pol] {
 			out = append(out, l.Config())
 		}
 	})

@@ -29,7 +29,7 @@ policies:
       - {name: per_min, algorithm: token_bucket, limit: 3, period: 1m}
 `))
 	require.NoError(t, err)
-	d := decide.New(memstore.New(nil), set, nil)
+	d := decide.New(decide.Config{Store: memstore.New(nil), Policies: set})
 	for _, spellings := range [][]string{
 		{"fe80::1", "fe80::1%a", "FE80:0::1%b", "fe80:0:0:0:0:0:0:1%eth0"},
 		{"10.0.0.1", "::ffff:10.0.0.1", "::FFFF:10.0.0.1", "::ffff:a00:1"},

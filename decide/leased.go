@@ -1,7 +1,6 @@
 package decide
 
 import (
-	"context"
 	"time"
 
 	"github.com/allot-dev/allot/algorithm"
@@ -9,44 +8,15 @@ import (
 	"github.com/allot-dev/allot/policy"
 )
 
-// UseLeases routes `precision: leased` policies through m: they are
-// decided from tokens leased to this node instead of one Redis call per
-// check. Without it (standalone mode) leased policies take the exact path
-// on the store. Call it before serving.
-func (d *Decider) UseLeases(m *lease.Manager) {
-	d.leases = m
-	d.view.Store(nil)
-}
-
-// leaseView maps the leased policies of one policy set to their lease
-// limits, built once per set so a check looks nothing up but a map entry.
-type leaseView struct {
-	set    *policy.Set
-	limits map[*policy.Compiled][]*lease.Limit
-}
-
-// leasedLimits returns the lease limits of pol under set, or nil when pol
-// takes the exact path.
-func (d *Decider) leasedLimits(set *policy.Set, pol *policy.Compiled) []*lease.Limit {
-	if d.leases == nil || !pol.Leased {
+// leaseView makes the lease limits of set's leased policies (nil without
+// a lease manager). A limit's knobs are its policy's lease block, then
+// the set's (the settings document's `lease:` block), then the manager's
+// defaults (the node's flags, filled in by NewLimit).
+func (d *Decider) leaseView(set *policy.Set) map[*policy.Compiled][]*lease.Limit {
+	if d.leases == nil || set == nil {
 		return nil
 	}
-	v := d.view.Load()
-	if v == nil || v.set != set {
-		v = d.buildView(set)
-		d.view.Store(v)
-	}
-	return v.limits[pol]
-}
-
-// buildView makes the lease limits of set. A limit's knobs are its
-// policy's lease block, then the set's (the settings document's `lease:`
-// block), then the manager's defaults (the node's flags, filled in by
-// NewLimit). Because the view is rebuilt for every new set, a settings
-// change reaches each key at its next grant, without a restart; tokens
-// already granted keep the TTL they were granted with.
-func (d *Decider) buildView(set *policy.Set) *leaseView {
-	v := &leaseView{set: set, limits: map[*policy.Compiled][]*lease.Limit{}}
+	v := map[*policy.Compiled][]*lease.Limit{}
 	defaults := leaseConfig(set.LeaseDefaults())
 	set.Each(func(pol *policy.Compiled) {
 		if !pol.Leased {
@@ -65,7 +35,7 @@ func (d *Decider) buildView(set *policy.Set) *leaseView {
 			}
 			lims = append(lims, ll)
 		}
-		v.limits[pol] = lims
+		v[pol] = lims
 	})
 	return v
 }
@@ -84,47 +54,51 @@ type leasedTake struct {
 	res lease.Result
 }
 
-// takeLeased takes cost from every limit of the leased policies, spending
-// tokens on hand first. It returns the takes, whether an enforced limit
-// denied (then every enforced take is given back), and the policies whose
-// take failed because a refill could not reach the store, with the last
-// such error: those are decided by their on_store_failure, and the
-// policy's own takes are given back. A policy with a cold key (the lease
-// manager answers Result.Exact: leasing it would cost more than it
-// saves) gives its takes back and is added to the exact plan p.
-func (d *Decider) takeLeased(ctx context.Context, set *policy.Set, pols []*policy.Compiled, r *policy.Request, tier string, cost int64, takes []leasedTake, p *plan) (_ []leasedTake, denied bool, failed []*policy.Compiled, err error) {
+// takeLeased takes the check's cost from every limit of the leased
+// policies pols, spending tokens on hand first, into c.takes. It reports
+// whether an enforced limit denied (then every enforced take is given
+// back). A policy whose take failed because a refill could not reach the
+// store is added to c.failed, with the error as c.cause: it is decided by
+// its on_store_failure, and its own takes are given back. A policy with
+// a cold key (the lease manager answers Result.Exact: leasing it would
+// cost more than it saves) gives its takes back and is added to the exact
+// plan.
+func (c *check) takeLeased(pols []*policy.Compiled) (denied bool) {
 	var buf [256]byte
+	leases := c.d.leases
 	for _, pol := range pols {
-		lims := d.leasedLimits(set, pol)
-		subject := pol.AppendSubject(buf[:0], r, tier)
-		start := len(takes)
+		lims := c.st.leased[pol]
+		subject := pol.AppendSubject(buf[:0], c.r, c.tier)
+		start := c.takes.len()
 		for i, ll := range lims {
 			// The result is written in place (TakeTo): returning it by
 			// value was a third of the leased decision's time.
-			takes = append(takes, leasedTake{pol: pol, lim: &pol.Limits[i]})
-			res := &takes[len(takes)-1].res
-			terr := d.leases.TakeTo(ctx, ll, subject, cost, res)
-			if terr != nil || res.Exact {
-				takes = takes[:len(takes)-1] // took nothing
-				d.giveBack(takes[start:])
-				takes = takes[:start]
+			t := c.takes.push(leasedTake{pol: pol, lim: &pol.Limits[i]})
+			terr := leases.TakeTo(c.sctx, ll, subject, c.cost, &t.res)
+			if terr != nil || t.res.Exact {
+				c.takes.truncate(c.takes.len() - 1) // took nothing
+				c.d.giveBack(c.takes.all()[start:])
+				c.takes.truncate(start)
 				if terr != nil {
-					failed, err = append(failed, pol), terr
+					c.failed, c.cause = append(c.failed, pol), terr
 				} else {
-					p.add(pol.Subject(r, tier), pol, cost)
+					c.plan.add(pol.Subject(c.r, c.tier), pol, c.cost)
 				}
 				break
 			}
-			if !res.Allowed && !pol.Shadow {
+			if !t.res.Allowed && !pol.Shadow {
 				denied = true
 			}
 		}
 	}
 	if denied {
-		d.giveBack(takes)
+		c.giveBack()
 	}
-	return takes, denied, failed, err
+	return denied
 }
+
+// giveBack returns the check's enforced leased takes to their leases.
+func (c *check) giveBack() { c.d.giveBack(c.takes.all()) }
 
 // giveBack returns the enforced takes to the lease: the request was denied,
 // so it spends nothing.
@@ -165,4 +139,56 @@ func leasedStatuses(takes []leasedTake, st []Status) (_, shadow []Status) {
 		st = append(st, s)
 	}
 	return st, shadow
+}
+
+// takeList holds a check's leased takes: the first eight in the list
+// itself, more on the heap. It is a small vector rather than a slice of a
+// stack array because a check's fields share one fate in escape analysis:
+// a slice field pointing at a stack array would move the array to the
+// heap along with the ctx and errors the check passes on (one allocation
+// on every leased decision).
+type takeList struct {
+	buf   [8]leasedTake
+	n     int          // takes in buf, while spill is nil
+	spill []leasedTake // all the takes, once more than buf holds
+}
+
+// push appends t and returns where it lies, for TakeTo to fill in.
+func (l *takeList) push(t leasedTake) *leasedTake {
+	if l.spill == nil {
+		if l.n < len(l.buf) {
+			l.buf[l.n] = t
+			l.n++
+			return &l.buf[l.n-1]
+		}
+		l.spill = make([]leasedTake, l.n, 2*len(l.buf))
+		copy(l.spill, l.buf[:l.n])
+	}
+	l.spill = append(l.spill, t)
+	return &l.spill[len(l.spill)-1]
+}
+
+// len is the number of takes.
+func (l *takeList) len() int {
+	if l.spill != nil {
+		return len(l.spill)
+	}
+	return l.n
+}
+
+// truncate keeps the first n takes.
+func (l *takeList) truncate(n int) {
+	if l.spill != nil {
+		l.spill = l.spill[:n]
+		return
+	}
+	l.n = n
+}
+
+// all is the takes.
+func (l *takeList) all() []leasedTake {
+	if l.spill != nil {
+		return l.spill
+	}
+	return l.buf[:l.n]
 }

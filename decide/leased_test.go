@@ -42,8 +42,7 @@ func leasedDecider(t *testing.T) (*decide.Decider, *region.Store) {
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	set, err := policy.Load("test", []byte(leasedPolicies))
 	require.NoError(t, err)
-	d := decide.New(st, set, nil)
-	d.UseLeases(m)
+	d := decide.New(decide.Config{Store: st, Policies: set, Leases: m})
 	return d, st
 }
 
@@ -131,9 +130,7 @@ func TestLeasedWaitAndExactCallShareOneTimeout(t *testing.T) {
 	set, err := policy.Load("test", []byte(leasedPolicies))
 	require.NoError(t, err)
 	st := budgetStore{left: make(chan time.Duration, 1)}
-	d := decide.New(st, set, nil)
-	d.UseLeases(m)
-	d.SetStoreTimeout(timeout)
+	d := decide.New(decide.Config{Store: st, Policies: set, Leases: m, Timeout: timeout})
 	_, err = d.Check(context.Background(), &policy.Request{Tenant: "acme", Client: "c", Route: "/both"})
 	require.NoError(t, err)
 	left := <-st.left
@@ -141,6 +138,28 @@ func TestLeasedWaitAndExactCallShareOneTimeout(t *testing.T) {
 	// The refill wait took at least `wait` of the timeout, so at most
 	// timeout − wait = 200 ms can be left (less on a slow machine).
 	assert.LessOrEqual(t, left, timeout-wait, "the store call got a fresh timeout after the lease wait")
+}
+
+// A check's budget (decide.Config.Timeout) is the deadline of its lease
+// wait too, passed down as the ctx's: a refill that never comes back ends
+// the wait at the budget, not at the lease manager's safety cap, and the
+// check is shed (overload), as a store call the check stopped waiting for
+// is.
+func TestCheckBudgetBoundsTheLeaseWait(t *testing.T) {
+	const budget, wait = 50 * time.Millisecond, 10 * time.Second
+	m, err := lease.New(lease.Options{Source: hangingSource{}, MaxWait: wait})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	set, err := policy.Load("test", []byte(leasedPolicies))
+	require.NoError(t, err)
+	d := decide.New(decide.Config{Store: budgetStore{left: make(chan time.Duration, 1)}, Policies: set, Leases: m, Timeout: budget})
+	start := time.Now()
+	_, err = d.Check(context.Background(), &policy.Request{Tenant: "acme", Client: "c", Route: "/both"})
+	took := time.Since(start)
+	require.Error(t, err)
+	assert.True(t, decide.IsOverloaded(err), "%v", err)
+	assert.GreaterOrEqual(t, took, budget)
+	assert.Less(t, took, wait/2, "the wait ran to the safety cap, not the check's budget")
 }
 
 // A cold key of a leased policy (lease.Options.ColdExact, as a node runs)
@@ -157,8 +176,7 @@ func TestColdLeasedKeyDecidedExactly(t *testing.T) {
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	set, err := policy.Load("test", []byte(leasedPolicies))
 	require.NoError(t, err)
-	d := decide.New(st, set, nil)
-	d.UseLeases(m)
+	d := decide.New(decide.Config{Store: st, Policies: set, Leases: m})
 	ctx := context.Background()
 
 	dec, err := d.Check(ctx, &policy.Request{Tenant: "cold", Route: "/x"})

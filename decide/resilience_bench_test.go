@@ -92,8 +92,7 @@ func TestResilienceLatency(t *testing.T) {
 		require.NoError(t, err)
 		// As a node wires it: no per-check store deadline; the store
 		// judges stalls itself (region.Options.Timeout).
-		d := decide.New(deadlineStore{st}, set, nil)
-		d.UseFallback(fallback.New(fallback.Fixed(2), nil))
+		d := decide.New(decide.Config{Store: deadlineStore{st}, Policies: set, Fallback: fallback.New(fallback.Fixed(2), nil)})
 		measure(t, d, time.Second) // warm up
 		f.start(in, p)
 		m := measure(t, d, phase)

@@ -46,8 +46,7 @@ func TestLeaseDefaultsFollowTheSettingsDocument(t *testing.T) {
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	set, err := policystore.NewReloader(st, nil).Load(ctx)
 	require.NoError(t, err)
-	d := decide.New(nil, set, nil)
-	d.UseLeases(m)
+	d := decide.New(decide.Config{Policies: set, Leases: m})
 	assert.Equal(t, []lease.Config{flags}, d.LeaseConfigs("plain"))
 	own := flags
 	own.TTL = 3 * time.Second

@@ -21,13 +21,14 @@ func (d *Decider) Undo(ctx context.Context, r *policy.Request, dec Decision) {
 	if dec.Outcome != Allowed || dec.Degraded {
 		return
 	}
-	set := d.policies.Load()
+	st := d.state.Load()
+	set := st.set
 	tier := set.Tier(r)
 	cost := set.Cost(r)
 	var buf [8]*policy.Compiled
 	p := plan{regions: d.regions}
 	for _, pol := range set.Match(r, tier, buf[:0]) {
-		if d.leasedLimits(set, pol) != nil {
+		if st.leased[pol] != nil {
 			continue
 		}
 		if pol.Shadow && slices.ContainsFunc(dec.Shadow, func(st Status) bool { return st.PolicyID == pol.ID }) {
@@ -38,7 +39,7 @@ func (d *Decider) Undo(ctx context.Context, r *policy.Request, dec Decision) {
 	if len(p.groups) == 0 {
 		return
 	}
-	if err := d.store.Refund(ctx, p.groups); err != nil {
+	if err := d.store.Refund(ctx, p.store()); err != nil {
 		d.log.Warn("undo refund failed", "groups", len(p.groups), "err", err)
 	}
 }

@@ -54,7 +54,6 @@ func BenchmarkWarmKeys(b *testing.B) {
 			b.Cleanup(func() { st.Close() })
 			set, err := policy.Load("bench", fmt.Appendf(nil, warmPolicies, precision))
 			require.NoError(b, err)
-			d := decide.New(st, set, nil)
 			var m *lease.Manager
 			if precision == "leased" {
 				// leased is the node's setting (cold keys decided exactly);
@@ -62,8 +61,8 @@ func BenchmarkWarmKeys(b *testing.B) {
 				m, err = lease.New(lease.Options{Source: st, ColdExact: run.name == "leased"})
 				require.NoError(b, err)
 				b.Cleanup(func() { _ = m.Close(context.Background()) })
-				d.UseLeases(m)
 			}
+			d := decide.New(decide.Config{Store: st, Policies: set, Leases: m})
 			runWarm(b, d, m, run.keys, 32)
 		})
 	}

@@ -60,6 +60,12 @@ func (w waitAborted) Unwrap() error { return w.err }
 // Overloaded marks the error for decide.IsOverloaded.
 func (waitAborted) Overloaded() bool { return true }
 
+// DefaultCallTimeout bounds one lease or return call when
+// Options.CallTimeout is zero (a node's --redis-lease-timeout). Refills
+// are asynchronous and a stalled shard fails them by region's stall rule,
+// so it is only a backstop for a busy node.
+const DefaultCallTimeout = time.Second
+
 // Bounds of Options.MaxWait, the safety cap on a waiting Take.
 const (
 	// MinMaxWait is the smallest cap: below it a cap would fire on a
@@ -87,7 +93,9 @@ type Options struct {
 	SweepEvery time.Duration
 	// Workers is how many refill calls may run at once. Zero means 2.
 	Workers int
-	// CallTimeout bounds one lease or return call. Zero means 1s.
+	// CallTimeout is the deadline of one lease or return call (the
+	// Source obeys its ctx; it has none of its own). Zero means
+	// DefaultCallTimeout.
 	CallTimeout time.Duration
 	// MaxWait is a safety cap, not a latency budget. A Take with no
 	// tokens on hand waits for the refill round it joined to end (granted,
@@ -97,7 +105,8 @@ type Options struct {
 	// ignores its call's context; the Take then fails with ErrWaitTimeout.
 	// Zero means 2 x CallTimeout; a value below MinMaxWait is raised to it
 	// (it once was a per-call budget of a few ms, which failed waits on a
-	// merely busy node).
+	// merely busy node). A Take whose ctx ends sooner (a decision's
+	// budget, decide.Config.Timeout) is bounded by its ctx alone.
 	MaxWait time.Duration
 	// ColdExact sends the Takes of cold keys to the exact path instead of
 	// leasing for them: a Take that finds no live tokens, no refill under
@@ -173,7 +182,7 @@ func New(opts Options) (*Manager, error) {
 		opts.Workers = 2
 	}
 	if opts.CallTimeout <= 0 {
-		opts.CallTimeout = time.Second
+		opts.CallTimeout = DefaultCallTimeout
 	}
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = 2 * opts.CallTimeout
@@ -502,15 +511,20 @@ func (m *Manager) await(ctx context.Context, sh *shard, e *entry, need int64) (d
 		return true, nil
 	}
 	// Only a take with no tokens on hand gets here: the timer is off the
-	// lock-free path.
-	t := time.NewTimer(m.opts.MaxWait)
-	defer t.Stop()
+	// lock-free path. A ctx that ends first (a decision's budget) is the
+	// only bound: a cap that can never fire is not armed.
+	var capped <-chan time.Time
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > m.opts.MaxWait {
+		t := time.NewTimer(m.opts.MaxWait)
+		defer t.Stop()
+		capped = t.C
+	}
 	select {
 	case <-r.done:
 		return e.flags.Load()&flagDead != 0, r.err
 	case <-ctx.Done():
 		return false, waitAborted{ctx.Err()}
-	case <-t.C:
+	case <-capped:
 		return false, ErrWaitTimeout
 	}
 }
@@ -757,12 +771,14 @@ func (m *Manager) Stats() Stats {
 // Close stops the refill workers and the sweeper, fails waiting requests
 // with ErrClosed, and returns the unspent tokens of every live lease to
 // the region (credited as return.lua decays them). ctx bounds the
-// returns. Take fails with ErrClosed afterwards.
+// returns, as does CallTimeout. Take fails with ErrClosed afterwards.
 func (m *Manager) Close(ctx context.Context) error {
 	items, first := m.shutdown()
 	if !first || len(items) == 0 {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, m.opts.CallTimeout)
+	defer cancel()
 	n, err := m.src.Return(ctx, items)
 	m.stats.returned.Add(n)
 	if err != nil {

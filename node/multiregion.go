@@ -42,18 +42,21 @@ func (m *MultiRegion) validate() error {
 	return nil
 }
 
-// startMultiRegion sizes global limits and starts the demand publisher.
-// It runs after the decider and the lease manager exist.
+// regions is the number of regions sharing global limits, for
+// decide.Config.Regions: 0 without multi-region.
+func (m *MultiRegion) regions() int {
+	if m.Region == "" {
+		return 0
+	}
+	return len(m.Regions)
+}
+
+// startMultiRegion starts the demand publisher. It runs after the decider
+// (sized for the regions by Start) and the lease manager exist, on a
+// validated MultiRegion.
 func (n *Node) startMultiRegion() error {
 	mr := n.cfg.MultiRegion
-	if err := mr.validate(); err != nil {
-		return err
-	}
-	if mr.Region == "" {
-		return nil
-	}
-	n.decider.SetRegions(len(mr.Regions))
-	if mr.NATSURL == "" {
+	if mr.Region == "" || mr.NATSURL == "" {
 		return nil
 	}
 	if n.leases == nil {

@@ -136,15 +136,28 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, errors.Join(err, n.closeAll())
 	}
-	n.decider = decide.New(n.instrument(store), set, n.perRequestLog())
-	n.admit = &admission{next: n.decider, max: int64(cmp.Or(cfg.MaxInFlight, DefaultMaxInFlight))}
-	if n.leases != nil {
-		n.decider.UseLeases(n.leases)
-	}
 	rs, _ := store.(*region.Store)
 	if err := n.startResilience(rs); err != nil {
 		return nil, errors.Join(err, n.closeAll())
 	}
+	if err := cfg.MultiRegion.validate(); err != nil {
+		return nil, errors.Join(err, n.closeAll())
+	}
+	dc := decide.Config{
+		Store: n.instrument(store), Policies: set, Log: n.perRequestLog(),
+		Leases:  n.leases,                  // nil standalone: leased policies take the exact path
+		Regions: cfg.MultiRegion.regions(), // 0 without multi-region
+		// No Timeout: the store judges its shards' health itself (a
+		// stalled shard fails its calls after the stall threshold,
+		// --redis-timeout) and sheds what this node cannot get answered
+		// (--redis-max-wait); a wall-clock bound per check would shed
+		// checks of a merely busy node.
+	}
+	if n.res.fallback != nil { // standalone has no store to fall back from
+		dc.Fallback = n.res.fallback
+	}
+	n.decider = decide.New(dc)
+	n.admit = &admission{next: n.decider, max: int64(cmp.Or(cfg.MaxInFlight, DefaultMaxInFlight))}
 	if err := n.startMultiRegion(); err != nil {
 		return nil, errors.Join(err, n.closeAll())
 	}
@@ -197,7 +210,10 @@ func (n *Node) openStore(ctx context.Context) (decide.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to region redis %v: %w", n.cfg.Redis, err)
 	}
-	m, err := lease.New(lease.Options{Source: n.leaseSource(st), Defaults: n.cfg.Lease, Logger: n.perRequestLog(), ColdExact: true})
+	m, err := lease.New(lease.Options{
+		Source: n.leaseSource(st), Defaults: n.cfg.Lease, Logger: n.perRequestLog(), ColdExact: true,
+		CallTimeout: n.cfg.Resilience.LeaseTimeout, // --redis-lease-timeout
+	})
 	if err != nil {
 		_ = st.Close()
 		return nil, fmt.Errorf("lease manager: %w", err)

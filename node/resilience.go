@@ -36,8 +36,9 @@ type Resilience struct {
 	// gets all of RedisTimeout, as before the margin existed). It must be
 	// less than RedisTimeout.
 	RedisTimeoutMargin time.Duration
-	// LeaseTimeout bounds one asynchronous lease refill or return. Zero
-	// means region.DefaultLeaseTimeout.
+	// LeaseTimeout is the deadline of one asynchronous lease refill or
+	// return (lease.Options.CallTimeout, the only one on such a call).
+	// Zero means lease.DefaultCallTimeout.
 	LeaseTimeout time.Duration
 	// RedisMaxWait, RedisStallMax, RedisPipelines and RedisMaxBatch are
 	// region.Options' MaxWait (longest wait on a healthy shard before a
@@ -89,7 +90,7 @@ func (r Resilience) callTimeout() (time.Duration, error) {
 
 func (r Resilience) regionOptions(n *Node, call time.Duration) region.Options {
 	return region.Options{
-		Timeout: call, LeaseTimeout: r.LeaseTimeout, Breaker: r.Breaker, Logger: n.log,
+		Timeout: call, Breaker: r.Breaker, Logger: n.log,
 		MaxWait: r.RedisMaxWait, StallMax: r.RedisStallMax, Pipelines: r.RedisPipelines, MaxBatch: r.RedisMaxBatch,
 	}
 }
@@ -109,9 +110,9 @@ type resilience struct {
 	wg       sync.WaitGroup
 }
 
-// startResilience gives the decider its store deadline and the local
-// fallback, joining the region's gossip if configured. st is nil in
-// standalone mode (no Redis, nothing to fall back from).
+// startResilience makes the local fallback for the decider, joining the
+// region's gossip if configured. st is nil in standalone mode (no Redis,
+// nothing to fall back from). It runs before the decider is made.
 func (n *Node) startResilience(st *region.Store) error {
 	r := &n.res
 	r.store, r.stop = st, make(chan struct{})
@@ -132,10 +133,6 @@ func (n *Node) startResilience(st *region.Store) error {
 		r.members, size = m, m
 	}
 	r.fallback = fallback.New(size, nil)
-	// No per-check store deadline: the store judges its shards' health
-	// itself (a stalled shard fails its calls after the stall threshold)
-	// and sheds what this node cannot get answered (region.Options).
-	n.decider.UseFallback(r.fallback)
 	return nil
 }
 

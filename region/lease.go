@@ -19,11 +19,11 @@ var _ lease.Source = (*Store)(nil)
 
 // Lease runs lease.lua once per group, every group in one pipelined round
 // trip (a cluster client splits it per node). Groups fail independently:
-// each result carries its own error. The returned error is for arguments
+// each result carries its own error. ctx bounds the call, as it does a
+// Take's: the lease manager gives each refill its deadline
+// (lease.Options.CallTimeout). The returned error is for arguments
 // the caller got wrong; nothing was sent then.
 func (s *Store) Lease(ctx context.Context, groups []lease.Group) ([]lease.Reply, error) {
-	ctx, cancel := deadline(ctx, s.opts.LeaseTimeout)
-	defer cancel()
 	keys := make([][]string, len(groups))
 	args := make([][]any, len(groups))
 	for i, g := range groups {
@@ -54,10 +54,9 @@ func (s *Store) Lease(ctx context.Context, groups []lease.Group) ([]lease.Reply,
 }
 
 // Return runs return.lua once per item, all in one pipelined round trip,
-// and returns the whole tokens the buckets were credited.
+// and returns the whole tokens the buckets were credited. ctx bounds the
+// call (the lease manager's CallTimeout).
 func (s *Store) Return(ctx context.Context, items []lease.ReturnItem) (int64, error) {
-	ctx, cancel := deadline(ctx, s.opts.LeaseTimeout)
-	defer cancel()
 	keys := make([][]string, len(items))
 	args := make([][]any, len(items))
 	for i, it := range items {

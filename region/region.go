@@ -55,10 +55,6 @@ const (
 	// milliseconds), i.e. how late a deadline's wake-up can be before any
 	// scheduling delay; see CallTimeout.
 	DefaultTimeoutMargin = time.Millisecond
-	// DefaultLeaseTimeout bounds one lease call (Lease, Return) from the
-	// caller's side. Refills are asynchronous and a stalled shard fails
-	// them by the stall rule, so this is only a backstop for a busy node.
-	DefaultLeaseTimeout = time.Second
 	// DefaultMaxWait bounds how long a call may wait for this node to get
 	// it answered by a healthy shard (queued, sent, replies unread) before
 	// it is shed (ErrOverloaded).
@@ -115,9 +111,6 @@ type Options struct {
 	Pipelines int
 	MaxBatch  int
 	MaxQueue  int
-	// LeaseTimeout bounds every Lease and Return call (default
-	// DefaultLeaseTimeout); a caller's earlier deadline wins.
-	LeaseTimeout time.Duration
 	// Breaker configures the per-shard circuit breakers (breaker.go).
 	Breaker BreakerOptions
 	// Logger receives breaker state changes; nil discards them.
@@ -168,9 +161,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = o.ReadTimeout
-	}
-	if o.LeaseTimeout <= 0 {
-		o.LeaseTimeout = DefaultLeaseTimeout
 	}
 	if o.StallMax <= 0 {
 		o.StallMax = DefaultStallMax
@@ -434,14 +424,6 @@ func (s *Store) run(ctx context.Context, script *redis.Script, groups []algorith
 		}
 	}
 	return s.evalAll(ctx, script, keys, args), nil
-}
-
-// deadline bounds ctx by d from now, unless it already ends sooner.
-func deadline(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, d)
 }
 
 // scriptArgs lays a group out as check.lua/refund.lua expect: the keys,

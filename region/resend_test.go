@@ -55,7 +55,7 @@ func TestScriptWithLostReplyIsNotResent(t *testing.T) {
 		return true
 	}, 20*time.Second, 20*time.Millisecond, "the cluster never announced the proxy")
 
-	st, err := region.Open(ctx, addrs, region.Options{LeaseTimeout: time.Second})
+	st, err := region.Open(ctx, addrs, region.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
 	spec := tb(100, time.Hour, 0)
@@ -68,7 +68,9 @@ func TestScriptWithLostReplyIsNotResent(t *testing.T) {
 	_, err = st.Return(ctx, []lease.ReturnItem{{Key: key, Spec: spec, Unspent: 0}})
 	require.NoError(t, err)
 	p.DropReplies(true)
-	_, err = st.Return(ctx, []lease.ReturnItem{{Key: key, Spec: spec, Unspent: 10}})
+	rctx, cancel := context.WithTimeout(ctx, time.Second) // as the lease manager bounds a return
+	defer cancel()
+	_, err = st.Return(rctx, []lease.ReturnItem{{Key: key, Spec: spec, Unspent: 10}})
 	p.DropReplies(false)
 	require.Error(t, err, "the reply was dropped")
 	got := bucket(t, direct, key).Tokens

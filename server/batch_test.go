@@ -51,7 +51,7 @@ policies:
   - {id: w, per: [client], limits: [{name: s, algorithm: fixed_window, limit: 10, period: 1h}]}
 `))
 	require.NoError(t, err)
-	d := decide.New(memstore.New(nil), set, nil)
+	d := decide.New(decide.Config{Store: memstore.New(nil), Policies: set})
 	s := server.NewGRPC(&deadlineAt{Decider: d, n: 4})
 	var reqs []*ratelimitv1.RateLimitRequest
 	for range 5 {

@@ -46,7 +46,7 @@ func newDecider(t testing.TB, store decide.Store) *decide.Decider {
 	if store == nil {
 		store = memstore.New(frozen)
 	}
-	return decide.New(store, set, nil)
+	return decide.New(decide.Config{Store: store, Policies: set})
 }
 
 // startHTTP serves the HTTP face on a real listener.

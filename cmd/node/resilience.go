@@ -4,6 +4,7 @@ import (
 	"flag"
 	"time"
 
+	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/membership"
 	"github.com/allot-dev/allot/node"
 	"github.com/allot-dev/allot/region"
@@ -15,7 +16,7 @@ import (
 func resilienceFlags(fs *flag.FlagSet) func() node.Resilience {
 	timeout := fs.Duration("redis-timeout", region.DefaultTimeout, "time budget of a decision waiting on a Redis shard that has stopped answering, the decision by the policy's on_store_failure included: a shard that holds calls and sends nothing back for this less --redis-timeout-margin (the least stall threshold; more when its recent round trips were slow) is judged stalled, its calls are decided by on_store_failure and its breaker opens. Time this node spends queueing or reading late is not counted against the shard")
 	margin := fs.Duration("redis-timeout-margin", 0, "part of --redis-timeout kept back from the stall threshold, for waking up after it and deciding without Redis; 0 means min(1ms, --redis-timeout/5), negative none; must be less than --redis-timeout")
-	leaseTimeout := fs.Duration("redis-lease-timeout", region.DefaultLeaseTimeout, "longest one asynchronous lease refill or return may take on a healthy but busy shard (a stalled shard fails it sooner)")
+	leaseTimeout := fs.Duration("redis-lease-timeout", lease.DefaultCallTimeout, "longest one asynchronous lease refill or return may take on a healthy but busy shard (a stalled shard fails it sooner)")
 	maxWait := fs.Duration("redis-max-wait", region.DefaultMaxWait, "longest a check may wait for this node to get an answer from a healthy Redis shard (queue included) before it is shed: answered UNAVAILABLE (HTTP 503) \"node overloaded\" and counted in allot_store_shed_total, never decided as a store failure")
 	stallMax := fs.Duration("redis-stall-max", region.DefaultStallMax, "cap of the stall threshold, which grows to 4x a shard's recent slow round trip when round trips are slow")
 	pipelines := fs.Int("redis-pipelines", region.DefaultPipelines, "pipelines in flight per Redis shard; concurrent calls beyond wait and go out together in the next pipeline")
