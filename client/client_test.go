@@ -21,9 +21,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/allot-dev/allot/client"
-	"github.com/allot-dev/allot/node"
+	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/server"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
-	"github.com/allot-dev/allot/server"
 )
 
 const policies = `

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/client"
-	"github.com/allot-dev/allot/node"
+	"github.com/allot-dev/allot/internal/node"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
 

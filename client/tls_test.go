@@ -15,9 +15,9 @@ import (
 
 	"github.com/allot-dev/allot/client"
 	"github.com/allot-dev/allot/internal/certtest"
-	"github.com/allot-dev/allot/node"
+	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/tlsconfig"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
-	"github.com/allot-dev/allot/tlsconfig"
 )
 
 // TLS and mTLS through WithTLS, with configs from package tlsconfig.

@@ -20,8 +20,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/allot-dev/allot/client"
+	"github.com/allot-dev/allot/internal/node"
 	"github.com/allot-dev/allot/middleware"
-	"github.com/allot-dev/allot/node"
 	"github.com/allot-dev/allot/problem"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 	"github.com/allot-dev/allot/ratelimitheaders/ratelimitheaderstest"

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/algorithm"
-	"github.com/allot-dev/allot/bucket"
+	"github.com/allot-dev/allot/internal/bucket"
 )
 
 // Request is what a policy is matched against. The server fills it from

@@ -3,7 +3,7 @@ package policy
 import (
 	"net/netip"
 
-	"github.com/allot-dev/allot/bucket"
+	"github.com/allot-dev/allot/internal/bucket"
 )
 
 // Subject is the counter subject of r under p: its Per fields and their

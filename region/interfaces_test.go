@@ -1,7 +1,7 @@
 package region_test
 
 import (
-	"github.com/allot-dev/allot/decide"
+	"github.com/allot-dev/allot/internal/decide"
 	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/region"
 )

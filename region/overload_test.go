@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/algorithm"
-	"github.com/allot-dev/allot/decide"
+	"github.com/allot-dev/allot/internal/decide"
 	"github.com/allot-dev/allot/internal/faultproxy"
 	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/region"

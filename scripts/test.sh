@@ -85,4 +85,4 @@ go test $race -count=1 -timeout 10m ./...
 (cd deploy/check && go vet ./... && go test $race -count=1 -timeout 15m ./...)
 # The chaos suite against the 3-region sandbox (about 1.5 min): a system
 # test, run without -race so its latency figures mean something.
-go test -tags chaos -count=1 -timeout 10m ./chaos/
+go test -tags chaos -count=1 -timeout 10m ./internal/chaos/

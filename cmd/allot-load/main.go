@@ -37,8 +37,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/allot-dev/allot/envflag"
-	"github.com/allot-dev/allot/loadgen"
+	"github.com/allot-dev/allot/internal/envflag"
+	"github.com/allot-dev/allot/internal/loadgen"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/allot-dev/allot/loadgen"
+	"github.com/allot-dev/allot/internal/loadgen"
 )
 
 func TestRunWritesReportCSVAndPNG(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allot-dev/allot/envflag"
-	"github.com/allot-dev/allot/loadgen/sweep"
+	"github.com/allot-dev/allot/internal/envflag"
+	"github.com/allot-dev/allot/internal/loadgen/sweep"
 )
 
 // runSweep is `allot-load sweep`: the load sweep of docs/benchmarks.md

@@ -32,9 +32,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/allot-dev/allot/admin"
+	"github.com/allot-dev/allot/internal/admin"
+	"github.com/allot-dev/allot/internal/policystore"
 	"github.com/allot-dev/allot/policy"
-	"github.com/allot-dev/allot/policystore"
 )
 
 // DefaultServer is the coordinator's default admin address.

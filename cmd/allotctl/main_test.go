@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/allot-dev/allot/admin"
-	"github.com/allot-dev/allot/policystore"
+	"github.com/allot-dev/allot/internal/admin"
+	"github.com/allot-dev/allot/internal/policystore"
 )
 
 func ctl(t *testing.T, args ...string) (code int, stdout, stderr string) {

@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/allot-dev/allot/admin"
+	"github.com/allot-dev/allot/internal/admin"
+	"github.com/allot-dev/allot/internal/policystore"
 	"github.com/allot-dev/allot/policy"
-	"github.com/allot-dev/allot/policystore"
 )
 
 // apply -f of a file with only runtime blocks writes them as settings;

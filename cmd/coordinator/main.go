@@ -26,11 +26,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/allot-dev/allot/admin"
 	"github.com/allot-dev/allot/cmd/internal/cli"
 	"github.com/allot-dev/allot/cmd/internal/transportflags"
-	"github.com/allot-dev/allot/policystore"
-	"github.com/allot-dev/allot/telemetry"
+	"github.com/allot-dev/allot/internal/admin"
+	"github.com/allot-dev/allot/internal/policystore"
+	"github.com/allot-dev/allot/internal/telemetry"
 )
 
 func main() {

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/allot-dev/allot/admin"
+	"github.com/allot-dev/allot/internal/admin"
 )
 
 func freeAddr(t *testing.T) string {

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allot-dev/allot/coord"
-	"github.com/allot-dev/allot/coordinator"
-	"github.com/allot-dev/allot/policystore"
+	"github.com/allot-dev/allot/internal/coord"
+	"github.com/allot-dev/allot/internal/coordinator"
+	"github.com/allot-dev/allot/internal/policystore"
 )
 
 // rebalanceFlags are the multi-region flags. With --region unset the

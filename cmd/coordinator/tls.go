@@ -8,8 +8,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot-dev/allot/cmd/internal/transportflags"
+	"github.com/allot-dev/allot/internal/tlsconfig"
 	"github.com/allot-dev/allot/region"
-	"github.com/allot-dev/allot/tlsconfig"
 )
 
 // transport is the coordinator's transport security (README, "Transport

@@ -12,10 +12,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/allot-dev/allot/admin"
+	"github.com/allot-dev/allot/internal/admin"
 	"github.com/allot-dev/allot/internal/certtest"
 	"github.com/allot-dev/allot/internal/natstest"
-	"github.com/allot-dev/allot/tlsconfig"
+	"github.com/allot-dev/allot/internal/tlsconfig"
 )
 
 // The coordinator serves the admin API over mTLS and reads its policy

@@ -28,10 +28,10 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/cmd/internal/cli"
+	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/telemetry"
 	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/middleware"
-	"github.com/allot-dev/allot/node"
-	"github.com/allot-dev/allot/telemetry"
 )
 
 func main() {

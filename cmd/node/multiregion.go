@@ -4,7 +4,7 @@ import (
 	"flag"
 	"time"
 
-	"github.com/allot-dev/allot/node"
+	"github.com/allot-dev/allot/internal/node"
 )
 
 // multiRegionFlags declares the flags of node.MultiRegion and returns a

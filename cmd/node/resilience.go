@@ -4,9 +4,9 @@ import (
 	"flag"
 	"time"
 
+	"github.com/allot-dev/allot/internal/membership"
+	"github.com/allot-dev/allot/internal/node"
 	"github.com/allot-dev/allot/lease"
-	"github.com/allot-dev/allot/membership"
-	"github.com/allot-dev/allot/node"
 	"github.com/allot-dev/allot/region"
 )
 

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/allot-dev/allot/cmd/internal/transportflags"
-	"github.com/allot-dev/allot/node"
+	"github.com/allot-dev/allot/internal/node"
 )
 
 // transportFlags declares the transport-security flags (README,

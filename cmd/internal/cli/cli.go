@@ -9,7 +9,7 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/allot-dev/allot/envflag"
+	"github.com/allot-dev/allot/internal/envflag"
 )
 
 // EnvPrefix is the prefix of every command's environment variables.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/allot-dev/allot/tlsconfig"
+	"github.com/allot-dev/allot/internal/tlsconfig"
 )
 
 // Flags are the parsed transport-security flags.

@@ -1,0 +1,143 @@
+package node_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/allot-dev/allot/internal/decide"
+	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/server"
+	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
+)
+
+func startLimited(t *testing.T, l node.GRPCLimits) *node.Node {
+	t.Helper()
+	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "", PoliciesPath: policyFile(t, testPolicies), GRPCLimits: l})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })
+	return n
+}
+
+func dialClient(t *testing.T, addr string) ratelimitv1.RateLimiterServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	return ratelimitv1.NewRateLimiterServiceClient(conn)
+}
+
+// largestBatch is a legal batch as large as one can be: MaxBatch checks
+// with every field at its length limit.
+func largestBatch() *ratelimitv1.BatchRateLimitRequest {
+	one := &ratelimitv1.RateLimitRequest{
+		TenantId:         strings.Repeat("t", decide.MaxIdentityLen),
+		ClientIdentifier: strings.Repeat("c", decide.MaxIdentityLen),
+		Tier:             strings.Repeat("r", decide.MaxIdentityLen),
+		Route:            "/" + strings.Repeat("x", decide.MaxRouteLen-1),
+		Method:           strings.Repeat("M", decide.MaxMethodLen),
+		Ip:               "fe80::1%" + strings.Repeat("z", 64-len("fe80::1%")), // 64 bytes, the limit
+		TokenCost:        decide.MaxCost,
+	}
+	b := &ratelimitv1.BatchRateLimitRequest{}
+	for range server.MaxBatch {
+		b.Requests = append(b.Requests, one)
+	}
+	return b
+}
+
+// The receive limit is the largest legal batch: that batch is served, a
+// message one byte over the limit is RESOURCE_EXHAUSTED (refused from its
+// length prefix). Before, grpc-go's 4 MiB default took it in and decoded it.
+func TestGRPCReceiveLimitIsTheLargestLegalBatch(t *testing.T) {
+	n := startLimited(t, node.GRPCLimits{})
+	c := dialClient(t, n.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	big := largestBatch()
+	require.LessOrEqual(t, proto.Size(big), server.MaxMessageBytes)
+	_, err := c.CheckRateLimitBatch(ctx, big)
+	require.NoError(t, err, "the largest legal batch (%d bytes) is served", proto.Size(big))
+
+	over := &ratelimitv1.BatchRateLimitRequest{Requests: []*ratelimitv1.RateLimitRequest{{TenantId: "t"}}}
+	pad := server.MaxMessageBytes + 1 - proto.Size(over)
+	over.Requests[0].Route = strings.Repeat("x", pad-4) // tag and length of the route take the rest
+	for proto.Size(over) <= server.MaxMessageBytes {
+		over.Requests[0].Route += "x"
+	}
+	_, err = c.CheckRateLimitBatch(ctx, over)
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+}
+
+// A connection that never sends the HTTP/2 preface is closed after the
+// handshake timeout (it was held for grpc-go's 120 s).
+func TestSilentConnectionIsClosedAfterTheHandshakeTimeout(t *testing.T) {
+	n := startLimited(t, node.GRPCLimits{HandshakeTimeout: 200 * time.Millisecond})
+	conn, err := net.Dial("tcp", n.Addr())
+	require.NoError(t, err)
+	defer conn.Close()
+	// Fail, rather than hang, if the server keeps it: far beyond 200 ms
+	// but far below 120 s.
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(20*time.Second)))
+	_, err = io.Copy(io.Discard, conn)
+	require.NoError(t, err, "the server closed the silent connection (io.Copy saw EOF, not the deadline)")
+}
+
+// With MaxConnections held by silent connections, a new client waits; it
+// is served once one of them goes.
+func TestConnectionLimit(t *testing.T) {
+	n := startLimited(t, node.GRPCLimits{MaxConnections: 1, HandshakeTimeout: time.Minute})
+	hog, err := net.Dial("tcp", n.Addr())
+	require.NoError(t, err)
+	c := dialClient(t, n.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_, err = c.CheckRateLimit(ctx, &ratelimitv1.RateLimitRequest{TenantId: "t"})
+	cancel()
+	require.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
+
+	require.NoError(t, hog.Close())
+	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = c.CheckRateLimit(ctx, &ratelimitv1.RateLimitRequest{TenantId: "t"}, grpc.WaitForReady(true))
+	require.NoError(t, err)
+}
+
+// Calls in progress on the whole listener are capped: past MaxInFlight a
+// call is refused before its message is read, and the slot comes back
+// when a call ends.
+func TestInFlightLimit(t *testing.T) {
+	n := startLimited(t, node.GRPCLimits{MaxInFlight: 1})
+	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	// A health watch is a call that stays in progress.
+	wctx, stopWatch := context.WithCancel(context.Background())
+	w, err := healthpb.NewHealthClient(conn).Watch(wctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	_, err = w.Recv()
+	require.NoError(t, err)
+	c := ratelimitv1.NewRateLimiterServiceClient(conn)
+	_, err = c.CheckRateLimit(context.Background(), &ratelimitv1.RateLimitRequest{TenantId: "t"})
+	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	assert.Contains(t, err.Error(), "overloaded")
+
+	stopWatch()
+	require.Eventually(t, func() bool {
+		_, err := c.CheckRateLimit(context.Background(), &ratelimitv1.RateLimitRequest{TenantId: "t"})
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond, "the slot came back")
+}

@@ -1,0 +1,355 @@
+// Package server turns wire requests into checks and decisions into wire
+// answers: the gRPC RateLimiterService of the seed's contract. It owns the
+// mapping of errors to status codes and nothing else: validation lives in
+// decide.Input, deciding in decide.Decider.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/allot-dev/allot/internal/decide"
+	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
+)
+
+// MaxBatch is the most checks one CheckRateLimitBatch call may carry.
+const MaxBatch = 1000
+
+// MaxMessageBytes is the gRPC receive limit a node sets: the largest legal
+// call, a batch of MaxBatch checks (or an Envoy request of MaxBatch
+// descriptors with the default keys) with every field at its length limit,
+// plus room for the Envoy domain. A larger message cannot be valid, and
+// grpc-go refuses it from its 5-byte length prefix (RESOURCE_EXHAUSTED)
+// before allocating it; grpc-go's 4 MiB default let 200 concurrent ~4 MB
+// messages, all invalid, take a node to 1.3 GB. The tests check a
+// largest legal batch fits.
+const MaxMessageBytes = MaxBatch*maxCheckBytes + 64<<10
+
+// maxCheckBytes bounds one legal check on the wire: the field limits of
+// decide.Input (2,048 + 3 x 256 + 64 + 16 bytes) plus tags, lengths and,
+// for Envoy, the entries' key names.
+const maxCheckBytes = 3200
+
+// Checker decides one validated request. *decide.Decider is one.
+type Checker interface {
+	Check(ctx context.Context, r *decide.Request) (decide.Decision, error)
+}
+
+// GRPC implements ratelimitv1.RateLimiterServiceServer.
+type GRPC struct {
+	ratelimitv1.UnimplementedRateLimiterServiceServer
+	checker  Checker
+	appender AppendChecker // checker, when it is one
+	observe  func(ctx context.Context, ev Event)
+}
+
+// AppendChecker is a Checker that can build a decision's statuses in
+// storage the caller gives (decide.Decider.CheckAppend): Statuses is
+// append(buf[:0], ...). A batch gives all its checks one array, so a
+// check costs no allocation of its own. *decide.Decider is one; a
+// wrapper that embeds it and overrides Check must override CheckAppend
+// too, or batches reach the embedded one directly.
+type AppendChecker interface {
+	Checker
+	CheckAppend(ctx context.Context, r *decide.Request, buf []decide.Status) (decide.Decision, error)
+}
+
+// GRPCOptions configure the gRPC service. The zero value is usable.
+type GRPCOptions struct {
+	// Observe, when set, is called once per check (each check of a batch
+	// too) with Face "grpc", before the answer is sent, so a metric read
+	// after the answer arrived includes it. It must not block.
+	Observe func(ctx context.Context, ev Event)
+}
+
+// NewGRPC returns the gRPC service over c. opts is optional (at most one
+// is used), so existing callers need no change.
+func NewGRPC(c Checker, opts ...GRPCOptions) *GRPC {
+	s := &GRPC{checker: c}
+	s.appender, _ = c.(AppendChecker)
+	if len(opts) > 0 {
+		s.observe = opts[0].Observe
+	}
+	return s
+}
+
+// CheckRateLimit decides one request.
+func (s *GRPC) CheckRateLimit(ctx context.Context, in *ratelimitv1.RateLimitRequest) (*ratelimitv1.RateLimitResponse, error) {
+	var start time.Time
+	if s.observe != nil {
+		start = time.Now()
+	}
+	// One allocation holds the request, the decision's statuses and the
+	// answer (the request escapes through the Checker interface).
+	a := new(wireAnswer)
+	fields := input(in)
+	var err error
+	a.req, err = fields.Request()
+	if err != nil {
+		s.observeErr(ctx, err, start)
+		return nil, grpcError(err)
+	}
+	d, err := s.check(ctx, &a.req, a.statuses[:0])
+	if err != nil {
+		s.observeErr(ctx, err, start)
+		return nil, grpcError(err)
+	}
+	if s.observe != nil {
+		s.observeDecision(ctx, d, start)
+	}
+	return a.fill(&d), nil
+}
+
+// check decides r, with its statuses in buf's storage when the checker
+// can (AppendChecker).
+func (s *GRPC) check(ctx context.Context, r *decide.Request, buf []decide.Status) (decide.Decision, error) {
+	if s.appender != nil {
+		return s.appender.CheckAppend(ctx, r, buf)
+	}
+	return s.checker.Check(ctx, r)
+}
+
+// observeDecision takes d by value: a pointer to the caller's d would
+// move it to the heap on every check, hooks or not.
+func (s *GRPC) observeDecision(ctx context.Context, d decide.Decision, start time.Time) {
+	s.observe(ctx, Event{Face: "grpc", Decision: &d, Elapsed: time.Since(start)})
+}
+
+func (s *GRPC) observeErr(ctx context.Context, err error, start time.Time) {
+	if s.observe != nil {
+		s.observe(ctx, Event{Face: "grpc", Err: err, Elapsed: time.Since(start)})
+	}
+}
+
+// Undoer is implemented by checkers that can give back what an allowed
+// decision took (*decide.Decider does).
+type Undoer interface {
+	Undo(ctx context.Context, r *decide.Request, d decide.Decision)
+}
+
+// undoTimeout bounds the refunds of a batch that failed midway; they run
+// after the caller's context ended, so they need their own deadline.
+const undoTimeout = 250 * time.Millisecond
+
+// CheckRateLimitBatch validates every check first, so a bad one fails the
+// call before anything is counted, then decides each in order. If a check
+// fails midway (the call's deadline passed, or it was cancelled), the
+// call answers only the error, so the checks already decided are given
+// back (Undoer): a failed batch counts nothing, as a bad one does.
+func (s *GRPC) CheckRateLimitBatch(ctx context.Context, in *ratelimitv1.BatchRateLimitRequest) (*ratelimitv1.BatchRateLimitResponse, error) {
+	if n := len(in.GetRequests()); n > MaxBatch {
+		return nil, status.Errorf(codes.InvalidArgument, "requests: %d checks exceed the maximum of %d per call", n, MaxBatch)
+	}
+	reqs := make([]decide.Request, len(in.GetRequests()))
+	for i, rq := range in.GetRequests() {
+		fields := input(rq)
+		r, err := fields.Request()
+		if err != nil {
+			s.observeErr(ctx, err, time.Now())
+			return nil, status.Errorf(codes.InvalidArgument, "requests[%d].%v", i, err)
+		}
+		reqs[i] = r
+	}
+	n := len(reqs)
+	// What undo needs of each decision; Statuses are not kept (their
+	// storage is reused by the next check).
+	decided := make([]decide.Decision, n)
+	msgs := make([]ratelimitv1.RateLimitResponse, n)
+	out := &ratelimitv1.BatchRateLimitResponse{Responses: make([]*ratelimitv1.RateLimitResponse, n)}
+	// Every check builds its statuses in buf (AppendChecker) and they go
+	// to the wire at once, into the arrays of wire.
+	buf := make([]decide.Status, 0, batchStatusRoom)
+	var wire wireStatuses
+	for i := range reqs {
+		var start time.Time
+		if s.observe != nil {
+			start = time.Now()
+		}
+		d, err := s.check(ctx, &reqs[i], buf)
+		if err != nil {
+			s.observeErr(ctx, err, start)
+			s.undo(ctx, reqs[:i], decided[:i])
+			return nil, grpcError(fmt.Errorf("requests[%d]: %w", i, err))
+		}
+		if s.observe != nil {
+			s.observeDecision(ctx, d, start)
+		}
+		m := &msgs[i]
+		fillResponse(m, &d)
+		m.Statuses = wire.add(d.Statuses, n-i)
+		m.ShadowViolations = wire.add(d.Shadow, n-i)
+		out.Responses[i] = m
+		d.Statuses = nil
+		decided[i] = d
+	}
+	return out, nil
+}
+
+// batchStatusRoom is the statuses a batch's buffer has room for: more
+// than most checks have limits (a check with more gets an array of its
+// own).
+const batchStatusRoom = 8
+
+// wireStatuses hands out a batch's wire statuses from arrays, a few
+// allocations per batch instead of two per status.
+type wireStatuses struct {
+	sts  []ratelimitv1.LimitStatus
+	ptrs []*ratelimitv1.LimitStatus
+}
+
+// add converts in and returns its wire statuses (nil if none); left is
+// the checks still to come, counting this one, to size a new array by.
+func (w *wireStatuses) add(in []decide.Status, left int) []*ratelimitv1.LimitStatus {
+	if len(in) == 0 {
+		return nil
+	}
+	if len(w.sts) < len(in) {
+		size := max(len(in)*left, batchStatusRoom)
+		w.sts = make([]ratelimitv1.LimitStatus, size)
+		w.ptrs = make([]*ratelimitv1.LimitStatus, size)
+		for i := range w.ptrs {
+			w.ptrs[i] = &w.sts[i]
+		}
+	}
+	for i := range in {
+		fillStatus(&w.sts[i], &in[i])
+	}
+	// Capped, so an append by a later user cannot reach a neighbour's.
+	p := w.ptrs[:len(in):len(in)]
+	w.sts, w.ptrs = w.sts[len(in):], w.ptrs[len(in):]
+	return p
+}
+
+// undo gives back the decisions of a batch that will not be answered.
+func (s *GRPC) undo(ctx context.Context, reqs []decide.Request, decided []decide.Decision) {
+	u, ok := s.checker.(Undoer)
+	if !ok || len(reqs) == 0 {
+		return
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	for i := range reqs {
+		u.Undo(uctx, &reqs[i], decided[i])
+	}
+}
+
+// input is the wire request's fields. It returns a value, not a pointer:
+// a pointer would escape to the heap on every check.
+func input(in *ratelimitv1.RateLimitRequest) decide.Input {
+	return decide.Input{
+		Tenant: in.GetTenantId(),
+		Client: in.GetClientIdentifier(),
+		Route:  in.GetRoute(),
+		Method: in.GetMethod(),
+		IP:     in.GetIp(),
+		Tier:   in.GetTier(),
+		Cost:   int64(in.GetTokenCost()),
+	}
+}
+
+// grpcError is the one place that maps errors to gRPC status codes.
+func grpcError(err error) error {
+	var bad *decide.InvalidError
+	switch {
+	case errors.As(err, &bad):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case decide.IsOverloaded(err):
+		// Shed: the node is overloaded, not the store; retry elsewhere.
+		return status.Error(codes.Unavailable, "allot: node overloaded, request shed: "+err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// response is the wire answer of d. Its message and a status live in one
+// allocation when d has at most one status (the common leased answer).
+func response(d *decide.Decision) *ratelimitv1.RateLimitResponse {
+	return new(wireOne).fill(d)
+}
+
+// wireOne is one check's wire answer with room for its status.
+type wireOne struct {
+	resp ratelimitv1.RateLimitResponse
+	st   ratelimitv1.LimitStatus
+	ptr  [1]*ratelimitv1.LimitStatus
+}
+
+// wireAnswer is a wireOne with room for the request and the decision's
+// statuses before (decide.Decider.CheckAppend): a single gRPC check's
+// request, statuses and answer are one allocation.
+type wireAnswer struct {
+	wireOne
+	statuses [2]decide.Status
+	req      decide.Request
+}
+
+// fill builds the answer of d in a, and returns it.
+func (a *wireOne) fill(d *decide.Decision) *ratelimitv1.RateLimitResponse {
+	if len(d.Statuses)+len(d.Shadow) > 1 {
+		return responseSlow(d)
+	}
+	fillResponse(&a.resp, d)
+	for _, in := range [...][]decide.Status{d.Statuses, d.Shadow} {
+		if len(in) == 1 {
+			fillStatus(&a.st, &in[0])
+			a.ptr[0] = &a.st
+		}
+	}
+	switch {
+	case len(d.Statuses) == 1:
+		a.resp.Statuses = a.ptr[:]
+	case len(d.Shadow) == 1:
+		a.resp.ShadowViolations = a.ptr[:]
+	}
+	return &a.resp
+}
+
+// responseSlow is the wire answer of a decision with more than one
+// status.
+func responseSlow(d *decide.Decision) *ratelimitv1.RateLimitResponse {
+	out := &ratelimitv1.RateLimitResponse{}
+	fillResponse(out, d)
+	var wire wireStatuses
+	out.Statuses = wire.add(d.Statuses, 1)
+	out.ShadowViolations = wire.add(d.Shadow, 1)
+	return out
+}
+
+func fillResponse(out *ratelimitv1.RateLimitResponse, d *decide.Decision) {
+	out.Decision = ratelimitv1.RateLimitResponse_Decision(d.Outcome)
+	out.Limit = d.Limit
+	out.Remaining = d.Remaining
+	out.ResetAfterSeconds = decide.Seconds(d.ResetAfter)
+	out.ViolationReason = d.Reason
+	out.RetryAfterMs = ceilMillis(d.RetryAfter)
+	out.PolicyId = d.PolicyID
+	out.Degraded = d.Degraded
+}
+
+func fillStatus(out *ratelimitv1.LimitStatus, st *decide.Status) {
+	out.PolicyId = st.PolicyID
+	out.LimitName = st.LimitName
+	out.Limit = st.Limit
+	out.Remaining = st.Remaining
+	out.ResetAfterSeconds = decide.Seconds(max(st.ResetAfter, st.RetryAfter))
+	out.WindowSeconds = decide.Seconds(st.Window)
+	out.Quota = st.Quota
+	out.Violated = st.Violated
+	out.Exact = st.Exact
+}
+
+// ceilMillis rounds up, so a throttled caller is never told to retry at once.
+func ceilMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
