@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/policy"
 )
 
@@ -25,11 +24,10 @@ type check struct {
 	tier string
 	cost int64
 
-	plan    plan               // the exact policies' store work
-	results []algorithm.Result // the store's answers to plan.groups
-	takes   takeList           // the leased policies' takes
-	failed  []*policy.Compiled // policies decided by on_store_failure
-	cause   error              // why the last of failed failed
+	plan   plan               // the exact policies' store work and its answers
+	takes  takeList           // the leased policies' takes
+	failed []*policy.Compiled // policies decided by on_store_failure
+	cause  error              // why the last of failed failed
 }
 
 // Check decides r.
@@ -77,7 +75,7 @@ func (d *Decider) CheckAppend(ctx context.Context, r *policy.Request, statuses [
 		}
 		if denied || (len(c.plan.groups) == 0 && len(c.failed) == 0) {
 			// A leased denial decides without asking the store at all.
-			return c.plan.decide(nil, c.cost, c.takes.all()), nil
+			return c.plan.decide(c.cost, c.takes.all()), nil
 		}
 	}
 	if len(c.plan.groups) > 0 {
@@ -89,7 +87,7 @@ func (d *Decider) CheckAppend(ctx context.Context, r *policy.Request, statuses [
 	if len(c.failed) > 0 {
 		return c.degraded()
 	}
-	dec := c.plan.decide(c.results, c.cost, c.takes.all())
+	dec := c.plan.decide(c.cost, c.takes.all())
 	if d.regions > 1 {
 		d.demand.record(&c.plan, dec.Outcome == Throttled, c.cost)
 	}
@@ -113,7 +111,7 @@ func (c *check) take(exact []*policy.Compiled) error {
 	case len(results) != len(c.plan.groups):
 		return fmt.Errorf("store answered %d groups for %d", len(results), len(c.plan.groups))
 	default:
-		c.results = results
+		c.plan.answer(results)
 	}
 	return nil
 }
@@ -122,15 +120,15 @@ func (c *check) take(exact []*policy.Compiled) error {
 // the store, so that a denial by one subject burns no tokens of another,
 // and the leased takes to their leases.
 func (c *check) undo() {
-	c.refundTo(c.sctx, c.d.store, &c.plan, c.results)
+	c.refundTo(c.sctx, c.d.store, &c.plan)
 	c.giveBack()
 }
 
 // refundTo gives back to store what the allowed groups of p took. The
 // refund outlives ctx's cancellation but not its deadline: given c.sctx,
 // it spends what the take left of the check's budget.
-func (c *check) refundTo(ctx context.Context, store Store, p *plan, results []algorithm.Result) {
-	back := p.allowed(results)
+func (c *check) refundTo(ctx context.Context, store Store, p *plan) {
+	back := p.allowed()
 	if len(back) == 0 {
 		return
 	}

@@ -4,7 +4,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/policy"
 )
 
@@ -25,7 +24,7 @@ const warnEvery = 10 * time.Second
 // store (c.failed; c.cause says why). Each enforced failed policy follows its
 // on_store_failure: any `closed` one throttles the request; `local` ones
 // are taken from the fallback; `open` ones are skipped, and the request,
-// if allowed, is FAILED_OPEN. What did reach the store (c.results, the
+// if allowed, is FAILED_OPEN. What did reach the store (c.plan's answered groups, the
 // leased takes) still counts, and is given back if the request is denied.
 func (c *check) degraded() (Decision, error) {
 	dec, err := c.byStoreFailure()
@@ -68,26 +67,26 @@ func (c *check) byStoreFailure() (Decision, error) {
 			open = pol.ID
 		}
 	}
-	var fb []algorithm.Result
 	if len(local.groups) > 0 {
-		var err error
-		fb, err = d.fallback.Take(c.ctx, local.store())
-		if err != nil || len(fb) != len(local.groups) {
+		fb, err := d.fallback.Take(c.ctx, local.store())
+		if err == nil && len(fb) == len(local.groups) {
+			local.answer(fb)
+		} else {
 			// Only a spec the fallback cannot scale gets here (logged):
 			// those policies fail open rather than deny forever.
 			d.log.Warn("local fallback failed; failing open", "err", err)
-			local, fb, localIDs = plan{regions: d.regions}, nil, nil
+			local, localIDs = plan{regions: d.regions}, nil
 			if open == "" {
 				open = failedOpenID(c.failed)
 			}
 		}
 	}
 	all := plan{groups: slices.Concat(c.plan.groups, local.groups), out: c.plan.out}
-	dec := all.decide(slices.Concat(c.results, fb), c.cost, c.takes.all())
+	dec := all.decide(c.cost, c.takes.all())
 	d.markLocal(&dec, localIDs)
 	if dec.Outcome == Throttled {
 		c.undo()
-		c.refundTo(c.ctx, d.fallback, &local, fb)
+		c.refundTo(c.ctx, d.fallback, &local)
 		return dec, nil
 	}
 	if open != "" {

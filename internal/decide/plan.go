@@ -15,6 +15,10 @@ type group struct {
 	items  algorithm.Group
 	pols   []*policy.Compiled
 	shadow bool // the policies are in shadow mode: a denial only reports
+	// result is the store's answer to items, once answered (see
+	// plan.answer); a group not answered yet counts for nothing.
+	result   algorithm.Result
+	answered bool
 }
 
 // plan is the store work of one check.
@@ -100,20 +104,29 @@ func (p *plan) store() []algorithm.Group {
 	return p.work
 }
 
-// allowed is the items of the groups results allowed, for a refund.
-func (p *plan) allowed(results []algorithm.Result) []algorithm.Group {
+// answer gives each group its result: results[i] is the store's answer
+// to groups[i] (the Store contract's order), the one place the two are
+// lined up by index.
+func (p *plan) answer(results []algorithm.Result) {
+	for i := range p.groups {
+		p.groups[i].result, p.groups[i].answered = results[i], true
+	}
+}
+
+// allowed is the items of the groups the store allowed, for a refund.
+func (p *plan) allowed() []algorithm.Group {
 	var back []algorithm.Group
-	for i, res := range results {
-		if res.Allowed {
-			back = append(back, p.groups[i].items)
+	for i := range p.groups {
+		if g := &p.groups[i]; g.answered && g.result.Allowed {
+			back = append(back, g.items)
 		}
 	}
 	return back
 }
 
-// decide turns results (results[i] answering groups[i]) and the leased
-// takes into the decision.
-func (p *plan) decide(results []algorithm.Result, cost int64, takes []leasedTake) Decision {
+// decide turns the answered groups and the leased takes into the
+// decision.
+func (p *plan) decide(cost int64, takes []leasedTake) Decision {
 	var dec Decision
 	var deciding *Status
 	dec.Statuses, dec.Shadow = leasedStatuses(takes, p.out[:0])
@@ -123,8 +136,12 @@ func (p *plan) decide(results []algorithm.Result, cost int64, takes []leasedTake
 		windowed bool
 	}
 	var taken []take // items of allowed groups
-	for gi, res := range results {
+	for gi := range p.groups {
 		g := &p.groups[gi]
+		if !g.answered {
+			continue
+		}
+		res := &g.result
 		ii := 0
 		for _, pol := range g.pols {
 			for li := range pol.Limits {
