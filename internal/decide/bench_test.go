@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,14 +67,32 @@ func BenchmarkExactRedis(b *testing.B) {
 }
 
 func runConcurrent(b *testing.B, d *decide.Decider, conc int) {
-	reqs := make([]decide.Request, 1000)
+	reqs := tenantRequests(b, 1000)
+	per := b.N/conc + 1
+	all, rate, _ := closedLoop(b, d, conc, func(w, i int) *decide.Request { return &reqs[(w*per+i)%len(reqs)] })
+	b.ReportMetric(rate, "decisions/s")
+	reportQuantiles(b, all, 0.50, 0.99, 0.999)
+}
+
+// tenantRequests is n requests, of tenants org_0 to org_<n-1>.
+func tenantRequests(b *testing.B, n int) []decide.Request {
+	reqs := make([]decide.Request, n)
 	for i := range reqs {
 		r, err := (&decide.Input{Tenant: fmt.Sprintf("org_%d", i)}).Request()
 		require.NoError(b, err)
 		reqs[i] = r
 	}
+	return reqs
+}
+
+// closedLoop has conc workers decide b.N/conc+1 checks each, worker w's
+// i-th being req(w, i), on the benchmark's clock. It returns the sorted
+// latencies, the decisions per second and how many answers were not the
+// store's (FAILED_OPEN or degraded). A worker stops at its first error.
+func closedLoop(b *testing.B, d *decide.Decider, conc int, req func(w, i int) *decide.Request) (all []time.Duration, rate float64, notByStore int64) {
 	per := b.N/conc + 1
 	lat := make([][]time.Duration, conc)
+	var failed atomic.Int64
 	ctx := context.Background()
 	b.ResetTimer()
 	start := time.Now()
@@ -81,9 +102,13 @@ func runConcurrent(b *testing.B, d *decide.Decider, conc int) {
 			l := make([]time.Duration, 0, per)
 			for i := range per {
 				t0 := time.Now()
-				if _, err := d.Check(ctx, &reqs[(w*per+i)%len(reqs)]); err != nil {
+				dec, err := d.Check(ctx, req(w, i))
+				if err != nil {
 					b.Error(err)
 					return
+				}
+				if dec.Outcome == decide.FailedOpen || dec.Degraded {
+					failed.Add(1)
 				}
 				l = append(l, time.Since(t0))
 			}
@@ -93,14 +118,23 @@ func runConcurrent(b *testing.B, d *decide.Decider, conc int) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
-	all := slices.Concat(lat...)
+	all = slices.Concat(lat...)
 	slices.Sort(all)
-	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "decisions/s")
-	for _, q := range []struct {
-		name string
-		p    float64
-	}{{"p50", 0.50}, {"p99", 0.99}, {"p999", 0.999}} {
-		b.ReportMetric(float64(all[int(q.p*float64(len(all)-1))].Microseconds()), q.name+"-µs")
+	return all, float64(len(all)) / elapsed.Seconds(), failed.Load()
+}
+
+// reportQuantiles reports the quantiles qs of the sorted latencies as
+// p50-µs, p99-µs, p999-µs (q's digits after the point).
+func reportQuantiles(b *testing.B, all []time.Duration, qs ...float64) {
+	if len(all) == 0 {
+		return
+	}
+	for _, q := range qs {
+		name := strings.TrimPrefix(strconv.FormatFloat(q, 'f', -1, 64), "0.")
+		if len(name) == 1 {
+			name += "0"
+		}
+		b.ReportMetric(float64(all[int(q*float64(len(all)-1))].Microseconds()), "p"+name+"-µs")
 	}
 }
 

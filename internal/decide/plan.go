@@ -54,7 +54,7 @@ func (p *plan) add(subject string, pol *policy.Compiled, cost int64) {
 	}
 	gi := -1
 	for i := range p.groups {
-		if p.groups[i].shadow == pol.Shadow && sameSubject(p.groups[i].items[0].Key, subject) {
+		if p.groups[i].shadow == pol.Shadow && bucket.HasSubject(p.groups[i].items[0].Key, subject) {
 			gi = i
 			break
 		}
@@ -83,11 +83,6 @@ func (p *plan) add(subject string, pol *policy.Compiled, cost int64) {
 		l := &pol.Limits[i]
 		g.items = append(g.items, algorithm.Item{Key: l.Key(subject), Spec: regionalSpec(pol, l, p.regions), Cost: cost})
 	}
-}
-
-// sameSubject reports whether key is a bucket key of subject.
-func sameSubject(key, subject string) bool {
-	return bucket.HasSubject(key, subject)
 }
 
 // store is the plan's groups as Store takes them: work[i] is groups[i]'s

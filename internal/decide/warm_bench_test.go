@@ -3,12 +3,8 @@ package decide_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -69,56 +65,16 @@ func BenchmarkWarmKeys(b *testing.B) {
 }
 
 func runWarm(b *testing.B, d *decide.Decider, m *lease.Manager, keys, conc int) {
-	reqs := make([]decide.Request, keys)
-	for i := range reqs {
-		r, err := (&decide.Input{Tenant: fmt.Sprintf("org_%d", i)}).Request()
-		require.NoError(b, err)
-		reqs[i] = r
-	}
-	per := b.N/conc + 1
-	lat := make([][]time.Duration, conc)
-	var failed atomic.Int64
-	ctx := context.Background()
+	reqs := tenantRequests(b, keys)
 	var before lease.Stats
 	if m != nil {
 		before = m.Stats()
 	}
-	b.ResetTimer()
-	start := time.Now()
-	var wg sync.WaitGroup
-	for w := range conc {
-		wg.Go(func() {
-			l := make([]time.Duration, 0, per)
-			for i := range per {
-				t0 := time.Now()
-				dec, err := d.Check(ctx, &reqs[(w+i*conc)%len(reqs)])
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if dec.Outcome == decide.FailedOpen || dec.Degraded {
-					failed.Add(1)
-				}
-				l = append(l, time.Since(t0))
-			}
-			lat[w] = l
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	rate := float64(len(all)) / elapsed.Seconds()
+	all, rate, failed := closedLoop(b, d, conc, func(w, i int) *decide.Request { return &reqs[(w+i*conc)%len(reqs)] })
 	b.ReportMetric(rate, "decisions/s")
 	b.ReportMetric(rate/float64(keys), "checks/s/key")
-	b.ReportMetric(float64(failed.Load()), "failed")
-	for _, q := range []struct {
-		name string
-		p    float64
-	}{{"p50", 0.50}, {"p99", 0.99}} {
-		b.ReportMetric(float64(all[int(q.p*float64(len(all)-1))].Microseconds()), q.name+"-µs")
-	}
+	b.ReportMetric(float64(failed), "failed")
+	reportQuantiles(b, all, 0.50, 0.99)
 	if m != nil {
 		s := m.Stats()
 		b.ReportMetric(float64(s.Groups-before.Groups)/float64(len(all))*1000, "leases/1000")
