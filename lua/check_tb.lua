@@ -32,6 +32,12 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 -- cost, shared (true, false, or 'stale' for a key of another type, which
 -- the commit replaces) and the TTL as PEXPIRE's argument.
 local s, allowed = {}, true
+if n == 1 then
+  -- Sized by its constructor: a table filled from empty is reallocated
+  -- as it grows (at 1, 2, 4 and 8 entries). With reply sized too, the
+  -- one-key call costs Redis about 4 % less (docs/benchmarks.md).
+  s = { false, false, false, false, false, false, false }
+end
 for i = 1, n do
   local b = (i - 1) * 5
   if ARGV[b + 1] ~= 'tb' then
@@ -85,7 +91,12 @@ for i = 1, n do
   s[j + 1], s[j + 2], s[j + 3], s[j + 4], s[j + 5], s[j + 6], s[j + 7] = tokens, ts, rate, burst, cost, shared, string.format('%.0f', ms)
 end
 
-local reply = { allowed and 1 or 0 }
+local reply
+if n == 1 then
+  reply = { allowed and 1 or 0, 0, 0, 0 } -- sized, as s above
+else
+  reply = { allowed and 1 or 0 }
+end
 for i = 1, n do
   local j = (i - 1) * 7
   local tokens, rate, burst, cost = s[j + 1], s[j + 3], s[j + 4], s[j + 5]
