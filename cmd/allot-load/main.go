@@ -20,6 +20,10 @@
 //	# a node process it starts, closed loops of 1 to 256 workers, one table row each
 //	allot-load sweep --node-bin bin/allot-node
 //
+//	# a node against the no-op server, same generator, alternated in one run
+//	# (docs/benchmarks.md): exact (on Redis), leased or standalone
+//	allot-load ratio --mode exact --pairs 3 --node-bin bin/allot-node
+//
 // The run stops after --duration or --max-requests, or on Ctrl-C, and
 // prints its report either way. Every flag can also be set as an
 // ALLOT_LOAD_ environment variable; the command line wins.
@@ -171,6 +175,9 @@ func (o *options) resolve() error {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "sweep" {
 		return runSweep(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "ratio" {
+		return runRatio(ctx, args[1:], stdout, stderr)
 	}
 	o, err := parse(args, stderr)
 	if err != nil {

@@ -85,3 +85,26 @@ func TestBadSweepFlags(t *testing.T) {
 		}
 	}
 }
+
+// Each bad ratio flag is refused for its own reason, before anything
+// starts (the node binary here does not exist, so a flag checked after
+// it would be refused for the wrong reason).
+func TestBadRatioFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ratio", "--mode", "zipf"}, "--mode"},
+		{[]string{"ratio", "--pairs", "0"}, "--pairs"},
+		{[]string{"ratio", "--concurrency", "-1"}, "--concurrency"},
+		{[]string{"ratio", "--measure", "0s"}, "--measure"},
+		{[]string{"ratio", "--node-bin", "/nonexistent/allot-node"}, "--node-bin"},
+		{[]string{"ratio", "stray"}, "unexpected arguments"},
+	} {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), c.args, &out, &errOut)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want one about %s", c.args, err, c.want)
+		}
+	}
+}

@@ -210,6 +210,17 @@ func (s *Server) Signal(sig syscall.Signal) error {
 	return nil
 }
 
+// Pid is the server process's ID (0 before it started), for reading
+// its CPU time from /proc.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Kill sends SIGKILL and waits for the process to exit. Safe to call
 // twice and on a server that already exited.
 func (s *Server) Kill() error {

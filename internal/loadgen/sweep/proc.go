@@ -53,6 +53,9 @@ func startProc(name, bin string, args []string, logPath string) (*proc, error) {
 	return p, nil
 }
 
+// pid is the process's ID.
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
 // exited reports whether the process has ended.
 func (p *proc) exited() bool {
 	select {
@@ -118,8 +121,8 @@ type node struct {
 	grpcAddr, httpAddr string
 }
 
-// startNode starts bin as a node on Redis redisAddr with policies, on
-// free loopback ports, and waits for /readyz to answer 200. A port lost
+// startNode starts bin as a node on Redis redisAddr (none if empty) with
+// policies, on free loopback ports, and waits for /readyz to answer 200. A port lost
 // to another process between picking and binding is retried.
 func startNode(ctx context.Context, hc *http.Client, bin, policies, redisAddr string, extra []string, logPath string) (*node, error) {
 	var lastErr error
@@ -132,8 +135,11 @@ func startNode(ctx context.Context, hc *http.Client, bin, policies, redisAddr st
 		n := &node{grpcAddr: loopback(g), httpAddr: loopback(h)}
 		var err error
 		// The metrics are served on --http-addr (no --metrics-addr).
-		args := append([]string{"--policies", policies, "--redis", redisAddr, "--grpc-addr", n.grpcAddr,
-			"--http-addr", n.httpAddr, "--log-level", "warn"}, extra...)
+		args := []string{"--policies", policies, "--grpc-addr", n.grpcAddr, "--http-addr", n.httpAddr, "--log-level", "warn"}
+		if redisAddr != "" { // empty: a standalone node (in-process counters)
+			args = append(args, "--redis", redisAddr)
+		}
+		args = append(args, extra...)
 		if n.proc, err = startProc("allot-node", bin, args, logPath); err != nil {
 			return nil, err
 		}

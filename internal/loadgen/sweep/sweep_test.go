@@ -8,6 +8,7 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -99,6 +100,33 @@ func TestSweepRunsRealProcesses(t *testing.T) {
 	}
 	if rows[1].Ideal != -1 {
 		t.Errorf("huge limit compared with an ideal (%d)", rows[1].Ideal)
+	}
+
+	// The ratio mode on the same binaries: one pair on Redis, one
+	// standalone (no redis-server, so no Redis CPU).
+	for _, mode := range []string{RatioExact, RatioStandalone} {
+		var out bytes.Buffer
+		pairs, err := Ratio(t.Context(), RatioConfig{
+			NodeBin: nodeBin, LoadBin: loadBin, Mode: mode, Pairs: 1, Concurrency: 4,
+			Measure: time.Second, Warmup: 200 * time.Millisecond, Out: &out, Dir: t.TempDir(),
+		})
+		t.Logf("ratio %s:\n%s", mode, out.String())
+		if err != nil {
+			t.Fatalf("ratio %s: %v", mode, err)
+		}
+		if len(pairs) != 1 || pairs[0].Noop <= 0 || pairs[0].Node <= 0 {
+			t.Fatalf("ratio %s: pairs %+v, want one with both rates", mode, pairs)
+		}
+		if runtime.GOOS == "linux" {
+			p := pairs[0]
+			// About a second of load: tens of milliseconds of CPU each.
+			if p.NodeCPU <= 0 || p.NoopCPU <= 0 || (p.RedisCPU > 0) != (mode == RatioExact) {
+				t.Errorf("ratio %s: CPU per call node %v, redis %v, no-op %v", mode, p.NodeCPU, p.RedisCPU, p.NoopCPU)
+			}
+		}
+		if n := strings.Count(out.String(), "\n"); n != 3 {
+			t.Errorf("ratio %s: %d lines, want the header, the pair and the summary", mode, n)
+		}
 	}
 
 	// Cancelled mid-row (a 30 s row): Run returns with the context's

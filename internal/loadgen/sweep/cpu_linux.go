@@ -1,0 +1,26 @@
+package sweep
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// processCPU is the user plus system CPU time process pid has used.
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("cpu of process %d: %w", pid, err)
+	}
+	return parseStatCPU(string(b))
+}
+
+// loadAverage is the 1-minute load average (0 if unreadable).
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	return parseLoadAverage(string(b))
+}

@@ -1,0 +1,16 @@
+//go:build !linux
+
+package sweep
+
+import (
+	"errors"
+	"time"
+)
+
+// processCPU needs /proc: the ratio's CPU figures are Linux-only.
+func processCPU(int) (time.Duration, error) {
+	return 0, errors.New("process CPU time is read from /proc (Linux only)")
+}
+
+// loadAverage is unknown without /proc.
+func loadAverage() float64 { return 0 }
