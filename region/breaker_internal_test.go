@@ -134,14 +134,56 @@ func TestSchedLagReadsTheRuntime(t *testing.T) {
 func TestParsePSI(t *testing.T) {
 	v, ok := parsePSI("some avg10=96.26 avg60=95.16 avg300=87.60 total=1781600371\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
 	require.True(t, ok)
-	assert.InDelta(t, 96.26, v, 1e-9)
-	_, ok = parsePSI("full avg10=1.00\n")
-	assert.False(t, ok)
-	p := &cpuPressure{read: func() (float64, bool) { return 45, true }}
+	assert.InDelta(t, 96.26, v.avg10, 1e-9)
+	assert.Equal(t, 1781600371*time.Microsecond, v.total)
+	for _, bad := range []string{"full avg10=1.00 total=5\n", "some avg10=1.00\n", "some total=5\n", "some avg10=x total=5\n", "some avg10=1 total=-5\n"} {
+		_, ok = parsePSI(bad)
+		assert.False(t, ok, "%q", bad)
+	}
+	p := &cpuPressure{read: func() (psi, bool) { return psi{avg10: 45}, true }}
 	assert.True(t, p.contended(t0))
-	p.read = func() (float64, bool) { return 1, true }
+	p.read = func() (psi, bool) { return psi{avg10: 1}, true }
 	assert.True(t, p.contended(t0.Add(50*time.Millisecond)), "read at most every 100 ms")
 	assert.False(t, p.contended(t0.Add(150*time.Millisecond)))
+}
+
+// waited judges the moments since a sample between half and twice the
+// window old: contended when tasks waited for a CPU half that time or
+// more; a span shorter than half the window, or no sample recent enough,
+// says nothing.
+func TestCPUPressureWaited(t *testing.T) {
+	var total time.Duration
+	reads := 0
+	p := &cpuPressure{read: func() (psi, bool) { reads++; return psi{total: total}, true }}
+	const window = 4 * time.Millisecond
+	assert.False(t, p.waited(t0, window), "one sample: nothing to compare")
+
+	total += 3 * time.Millisecond // waited 3 of the next 4 ms
+	assert.True(t, p.waited(t0.Add(4*time.Millisecond), window))
+
+	total += 500 * time.Microsecond // 0.5 of the next 4 ms: an ordinary moment
+	assert.False(t, p.waited(t0.Add(8*time.Millisecond), window))
+
+	total += 4 * time.Millisecond
+	p.sample(t0.Add(8*time.Millisecond + 500*time.Microsecond))
+	assert.Equal(t, 3, reads, "a sample less than 1 ms after the last is not read")
+	assert.False(t, p.waited(t0.Add(8*time.Millisecond+600*time.Microsecond), window), "judged on the samples taken")
+
+	// Samples far apart (an idle shard between two calls): the long span
+	// says nothing about the last milliseconds.
+	total += 9 * time.Second
+	assert.False(t, p.waited(t0.Add(10*time.Second), window))
+
+	// A brief wait filling a span of 1 ms is not a contended window.
+	total += 900 * time.Microsecond
+	assert.False(t, p.waited(t0.Add(10*time.Second+time.Millisecond), window))
+	total += 3 * time.Millisecond // then the rest of the window waits too
+	assert.True(t, p.waited(t0.Add(10*time.Second+4*time.Millisecond), window))
+
+	// A machine without PSI: never contended.
+	none := &cpuPressure{read: func() (psi, bool) { return psi{}, false }}
+	none.sample(t0)
+	assert.False(t, none.waited(t0.Add(4*time.Millisecond), window))
 }
 
 // The answer of a pipeline judged stalled closes a breaker that opened

@@ -136,19 +136,33 @@ type trackedSysConn struct{ *trackedConn }
 
 func (c *trackedSysConn) SyscallConn() (syscall.RawConn, error) { return c.raw, nil }
 
-// parsePSI reads the avg10 of the "some" line of a PSI file.
-func parsePSI(s string) (float64, bool) {
+// psi is the "some" line of a PSI file: avg10, the percentage of the last
+// 10 s in which some runnable task waited for a CPU, and total, the
+// cumulative time it did.
+type psi struct {
+	avg10 float64
+	total time.Duration
+}
+
+// parsePSI reads the "some" line of a PSI file (total is in µs there).
+func parsePSI(s string) (psi, bool) {
 	for line := range strings.SplitSeq(s, "\n") {
 		rest, ok := strings.CutPrefix(line, "some ")
 		if !ok {
 			continue
 		}
+		var v psi
+		var haveAvg, haveTotal bool
 		for f := range strings.FieldsSeq(rest) {
-			if v, ok := strings.CutPrefix(f, "avg10="); ok {
-				x, err := strconv.ParseFloat(v, 64)
-				return x, err == nil
+			if a, ok := strings.CutPrefix(f, "avg10="); ok {
+				x, err := strconv.ParseFloat(a, 64)
+				v.avg10, haveAvg = x, err == nil
+			} else if t, ok := strings.CutPrefix(f, "total="); ok {
+				us, err := strconv.ParseInt(t, 10, 64)
+				v.total, haveTotal = time.Duration(us)*time.Microsecond, err == nil && us >= 0
 			}
 		}
+		return v, haveAvg && haveTotal
 	}
-	return 0, false
+	return psi{}, false
 }

@@ -2,6 +2,7 @@ package region
 
 import (
 	"os"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -19,11 +20,44 @@ func unreadBytes(raw syscall.RawConn) int {
 	return n
 }
 
-// psiCPU reads "some avg10" of /proc/pressure/cpu.
-func psiCPU() (float64, bool) {
-	b, err := os.ReadFile("/proc/pressure/cpu")
-	if err != nil {
-		return 0, false
+// psiFile reads /proc/pressure/cpu through one descriptor, opened on
+// first use: a pread of it is a couple of microseconds and allocates
+// nothing, where opening it again each time costs five times that.
+type psiFile struct {
+	mu  sync.Mutex
+	f   *os.File
+	bad bool // the file could not be opened: PSI is not available
+	buf [512]byte
+}
+
+// read parses the "some" line; false where PSI is not available.
+func (p *psiFile) read() (psi, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.f == nil && !p.bad {
+		f, err := os.Open("/proc/pressure/cpu")
+		if err != nil {
+			p.bad = true
+			return psi{}, false
+		}
+		p.f = f
 	}
-	return parsePSI(string(b))
+	if p.f == nil {
+		return psi{}, false
+	}
+	n, err := p.f.ReadAt(p.buf[:], 0)
+	if n == 0 && err != nil {
+		return psi{}, false
+	}
+	return parsePSI(string(p.buf[:n]))
+}
+
+// close releases the descriptor; read opens it again if called after.
+func (p *psiFile) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.f != nil {
+		_ = p.f.Close()
+		p.f = nil
+	}
 }

@@ -56,17 +56,36 @@ func (l *schedLag) recent(now time.Time, d, within time.Duration) bool {
 }
 
 // cpuPressure reads the machine's CPU pressure (Linux PSI,
-// /proc/pressure/cpu: the share of the last 10 s in which runnable tasks
-// waited for a CPU). On a machine whose CPUs are contended, a Redis on
-// the same machine waits for a CPU too, and this node's network stack
-// with it: a silent shard is then likely slow, not stalled. Read at most
-// every 100 ms; false where PSI is not available.
+// /proc/pressure/cpu: when runnable tasks waited for a CPU). On a
+// machine whose CPUs are contended, a Redis on the same machine waits for
+// a CPU too, and this node's network stack with it: a silent shard is
+// then likely slow, not stalled. Two readings: avg10, the share of the
+// last 10 s (read at most every 100 ms), for a machine contended for
+// long; and the cumulative total, sampled by the shards' checks (at most
+// every millisecond), for the last few milliseconds, which avg10 averages
+// away: on a shared VM an idle-looking machine still makes a ready
+// process wait over 4 ms for a CPU a few times a minute, and a
+// redis-server that waits so looks frozen (docs/benchmarks.md). False
+// where PSI is not available.
 type cpuPressure struct {
 	mu   sync.Mutex
 	at   time.Time
 	high bool
-	read func() (float64, bool) // the avg10 percentage
+	read func() (psi, bool)
+
+	// The last samples of total, oldest first (a ring of psiSamples).
+	samples [psiSamples]psiSample
+	next    int // where the next sample goes
 }
+
+type psiSample struct {
+	at    time.Time
+	total time.Duration
+}
+
+// psiSamples is how many samples of total are kept: at one per
+// millisecond or slower, enough to reach back two thresholds of 4 ms.
+const psiSamples = 16
 
 // highCPUPressure is the avg10 share of time with tasks waiting for a CPU
 // above which the stall threshold is stretched (contendedFactor). A
@@ -74,12 +93,68 @@ type cpuPressure struct {
 // 60-100 %.
 const highCPUPressure = 40.0
 
+// waitedShare is the share of the last moments with tasks waiting for a
+// CPU at which the machine counts as contended right now. Idle, this
+// machine shows half of a 4 ms window in under 1 % of windows; a
+// redis-server kept from running for milliseconds fills most of it.
+const waitedShare = 0.5
+
 func (p *cpuPressure) contended(now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if now.Sub(p.at) >= 100*time.Millisecond {
 		v, ok := p.read()
-		p.high, p.at = ok && v >= highCPUPressure, now
+		p.high, p.at = ok && v.avg10 >= highCPUPressure, now
 	}
 	return p.high
+}
+
+// sample reads the cumulative total, unless it was read less than a
+// millisecond ago.
+func (p *cpuPressure) sample(now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sampleLocked(now)
+}
+
+// latest is the newest sample (zero if none).
+func (p *cpuPressure) latest() psiSample {
+	return p.samples[(p.next+psiSamples-1)%psiSamples]
+}
+
+func (p *cpuPressure) sampleLocked(now time.Time) {
+	if last := p.latest(); !last.at.IsZero() && now.Sub(last.at) < time.Millisecond {
+		return
+	}
+	v, ok := p.read()
+	if !ok {
+		return
+	}
+	p.samples[p.next] = psiSample{at: now, total: v.total}
+	p.next = (p.next + 1) % psiSamples
+}
+
+// waited samples (as sample) and reports whether tasks waited for a CPU
+// at least waitedShare of the time since a sample between window/2 and
+// 2×window old (the newest such): the moments a silence of window
+// spans, measured over no less than half of it, so that one brief wait
+// in a short span does not count.
+func (p *cpuPressure) waited(now time.Time, window time.Duration) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sampleLocked(now)
+	last := p.latest()
+	for i := 2; i <= psiSamples; i++ {
+		s := p.samples[(p.next+psiSamples-i)%psiSamples]
+		age := now.Sub(s.at)
+		if s.at.IsZero() || age > 2*window {
+			return false
+		}
+		if age < window/2 {
+			continue
+		}
+		span := last.at.Sub(s.at)
+		return span > 0 && last.total >= s.total && float64(last.total-s.total) >= waitedShare*float64(span)
+	}
+	return false
 }

@@ -201,13 +201,15 @@ type Store struct {
 	done   chan struct{}  // closed by Close: workers exit
 	closed atomic.Bool
 	lag    *schedLag
+	psi    *psiFile // /proc/pressure/cpu, held open; closed by Close
 	cpu    *cpuPressure
 	hashes sync.Map // *redis.Script -> its hash as an EVALSHA argument (any), boxed once
 	stats  struct{ pipelines, calls, stalls, shed atomic.Int64 }
 }
 
 func newStore(c redis.UniversalClient, cluster bool, addr string, opts Options, cs *conns) *Store {
-	return &Store{client: c, cluster: cluster, addr: addr, opts: opts, conns: cs, shards: map[string]*shard{}, lag: newSchedLag(), cpu: &cpuPressure{read: psiCPU}, done: make(chan struct{})}
+	pf := &psiFile{}
+	return &Store{client: c, cluster: cluster, addr: addr, opts: opts, conns: cs, shards: map[string]*shard{}, lag: newSchedLag(), psi: pf, cpu: &cpuPressure{read: pf.read}, done: make(chan struct{})}
 }
 
 // Open connects to the region's Redis. One address is probed with
@@ -344,6 +346,7 @@ func (s *Store) Close() error {
 	err := s.client.Close()
 	close(s.done)
 	s.wg.Wait()
+	s.psi.close()
 	if err != nil {
 		return fmt.Errorf("region: close: %w", err)
 	}

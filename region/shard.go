@@ -303,6 +303,9 @@ func (sh *shard) arm(now time.Time) {
 }
 
 func (sh *shard) armAt(now, due time.Time) {
+	if !sh.armed {
+		sh.s.cpu.sample(now) // the start of the first window a check judges
+	}
 	sh.armed, sh.watchDue = true, due
 	d := max(due.Sub(now), 0)
 	if sh.watch == nil {
@@ -376,6 +379,11 @@ func (sh *shard) check() {
 		return
 	}
 	th := sh.threshold(now)
+	if len(sh.inflight) > 0 {
+		// Each check samples the machine's CPU waiting, so that a
+		// judgement has the last few milliseconds to look at.
+		sh.s.cpu.sample(now)
+	}
 	if old := sh.oldestSent(); old != nil && now.Sub(old.sent) >= th {
 		heard := now.Sub(time.Unix(0, sh.prog.lastRead.Load())) < th
 		age := now.Sub(old.sent)
@@ -397,12 +405,13 @@ func (sh *shard) check() {
 			return
 		case sh.prog.pending():
 			// Replies wait unread: this node is slow, not the shard.
-		case age < contendedFactor*th && (sh.s.lag.recent(now, th/2, th) || sh.s.cpu.contended(now)):
+		case age < contendedFactor*th && (sh.s.lag.recent(now, th/2, th) || sh.s.cpu.contended(now) || sh.s.cpu.waited(now, th)):
 			// Goroutines of this process waited that long for a CPU
 			// lately (the pipeline may have reached the socket late, or
 			// its reply been read late), or the machine's CPUs are
-			// contended (a Redis beside this node waits for a CPU too):
-			// silence is judged a stall only after twice the threshold.
+			// contended, for long or in these last milliseconds (a Redis
+			// beside this node waits for a CPU too): silence is judged a
+			// stall only after twice the threshold.
 			sh.armAt(now, minTime(old.sent.Add(contendedFactor*th), now.Add(max(th/4, time.Millisecond))))
 			sh.mu.Unlock()
 			return
