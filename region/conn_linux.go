@@ -24,17 +24,18 @@ func unreadBytes(raw syscall.RawConn) int {
 // first use: a pread of it is a couple of microseconds and allocates
 // nothing, where opening it again each time costs five times that.
 type psiFile struct {
-	mu  sync.Mutex
-	f   *os.File
-	bad bool // the file could not be opened: PSI is not available
-	buf [512]byte
+	mu     sync.Mutex
+	f      *os.File
+	bad    bool // the file could not be opened: PSI is not available
+	closed bool // by close: a check still running reads nothing
+	buf    [512]byte
 }
 
 // read parses the "some" line; false where PSI is not available.
 func (p *psiFile) read() (psi, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.f == nil && !p.bad {
+	if p.f == nil && !p.bad && !p.closed {
 		f, err := os.Open("/proc/pressure/cpu")
 		if err != nil {
 			p.bad = true
@@ -52,10 +53,11 @@ func (p *psiFile) read() (psi, bool) {
 	return parsePSI(string(p.buf[:n]))
 }
 
-// close releases the descriptor; read opens it again if called after.
+// close releases the descriptor; reads after it report nothing.
 func (p *psiFile) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.closed = true
 	if p.f != nil {
 		_ = p.f.Close()
 		p.f = nil

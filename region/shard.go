@@ -137,8 +137,14 @@ func (sh *shard) submit(ctx context.Context, calls []*call) {
 	}
 	sh.queue = append(sh.queue, calls...)
 	sh.kick(now)
+	idle := !sh.armed
 	sh.arm(now)
 	sh.mu.Unlock()
+	if idle {
+		// The start of the first window a check of this busy spell
+		// judges (checks sample the rest); outside mu: a file read.
+		sh.s.cpu.sample(now)
+	}
 }
 
 // kick sends queued calls while pipeline slots are free. Called with mu
@@ -303,9 +309,6 @@ func (sh *shard) arm(now time.Time) {
 }
 
 func (sh *shard) armAt(now, due time.Time) {
-	if !sh.armed {
-		sh.s.cpu.sample(now) // the start of the first window a check judges
-	}
 	sh.armed, sh.watchDue = true, due
 	d := max(due.Sub(now), 0)
 	if sh.watch == nil {
@@ -370,6 +373,13 @@ func lateDeferral(late, th time.Duration) time.Duration {
 // process was not running, and a Redis paused with it can answer.
 func (sh *shard) check() {
 	now := time.Now()
+	if sh.s.closed.Load() {
+		return
+	}
+	// Each check samples the machine's CPU waiting (before taking mu: a
+	// file read), so that a judgement has the last few milliseconds to
+	// look at.
+	sh.s.cpu.sample(now)
 	var settle, refused, shed []*call
 	var settleErr error
 	sh.mu.Lock()
@@ -379,11 +389,6 @@ func (sh *shard) check() {
 		return
 	}
 	th := sh.threshold(now)
-	if len(sh.inflight) > 0 {
-		// Each check samples the machine's CPU waiting, so that a
-		// judgement has the last few milliseconds to look at.
-		sh.s.cpu.sample(now)
-	}
 	if old := sh.oldestSent(); old != nil && now.Sub(old.sent) >= th {
 		heard := now.Sub(time.Unix(0, sh.prog.lastRead.Load())) < th
 		age := now.Sub(old.sent)
