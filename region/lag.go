@@ -73,7 +73,8 @@ type cpuPressure struct {
 	high bool
 	read func() (psi, bool)
 
-	// The last samples of total, oldest first (a ring of psiSamples).
+	// The last samples of total, a ring: samples[next] is the oldest
+	// (or empty), the one before it the newest.
 	samples [psiSamples]psiSample
 	next    int // where the next sample goes
 }
@@ -83,8 +84,11 @@ type psiSample struct {
 	total time.Duration
 }
 
-// psiSamples is how many samples of total are kept: at one per
-// millisecond or slower, enough to reach back two thresholds of 4 ms.
+// psiSamples is how many samples of total are kept: at the fastest (one
+// a millisecond) they reach back 16 ms, two thresholds of an idle node
+// (4 ms) and then some. A threshold stretched past 8 ms by slow round
+// trips comes with a loaded machine, which avg10 sees; there, waited
+// finds no sample old enough and says no.
 const psiSamples = 16
 
 // highCPUPressure is the avg10 share of time with tasks waiting for a CPU
