@@ -181,15 +181,11 @@ func Ratio(ctx context.Context, cfg RatioConfig) (pairs []Pair, err error) {
 		return nil, fmt.Errorf("ratio config: %w", err)
 	}
 	c, _ := ratioCase(cfg.Mode)
-	dir := cfg.Dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "allot-ratio-"); err != nil {
-			return nil, fmt.Errorf("ratio dir: %w", err)
-		}
-		defer os.RemoveAll(dir)
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+	dir, cleanup, err := workDir(cfg.Dir, "allot-ratio-")
+	if err != nil {
 		return nil, fmt.Errorf("ratio dir: %w", err)
 	}
+	defer cleanup()
 	redisAddr, redisPid := "", 0
 	if cfg.Mode != RatioStandalone {
 		srv, err := redisproc.Start(ctx, redisproc.Options{Dir: dir})
@@ -216,11 +212,7 @@ func Ratio(ctx context.Context, cfg RatioConfig) (pairs []Pair, err error) {
 	defer noop.stop()
 
 	run := func(addr string, d time.Duration) (float64, error) {
-		rep, err := loadgen.Run(ctx, loadgen.Config{
-			Targets: []loadgen.Target{{Region: "default", Addr: addr}}, Concurrency: cfg.Concurrency,
-			Duration: d, Timeout: cfg.Timeout, Keys: c.Keys.Keys, KeyField: loadgen.Tenant, KeyPrefix: "t",
-			Conns: cfg.Conns, Interval: d,
-		})
+		rep, err := loadgen.Run(ctx, closedLoop(addr, c.Keys, cfg.Concurrency, 0, d, cfg.Timeout, cfg.Conns))
 		if err == nil {
 			err = ctx.Err()
 		}

@@ -213,15 +213,12 @@ func Run(ctx context.Context, cfg Config) (rows []Row, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("sweep config: %w", err)
 	}
-	r := &runner{cfg: cfg, dir: cfg.Dir, hc: &http.Client{Timeout: 2 * time.Second}}
-	if r.dir == "" {
-		if r.dir, err = os.MkdirTemp("", "allot-sweep-"); err != nil {
-			return nil, fmt.Errorf("sweep dir: %w", err)
-		}
-		defer os.RemoveAll(r.dir)
-	} else if err := os.MkdirAll(r.dir, 0o755); err != nil {
+	r := &runner{cfg: cfg, hc: &http.Client{Timeout: 2 * time.Second}}
+	var cleanup func()
+	if r.dir, cleanup, err = workDir(cfg.Dir, "allot-sweep-"); err != nil {
 		return nil, fmt.Errorf("sweep dir: %w", err)
 	}
+	defer cleanup()
 	if r.redis, err = redisproc.Start(ctx, redisproc.Options{Dir: r.dir}); err != nil {
 		return nil, err
 	}
@@ -305,20 +302,39 @@ func BaselineRatio(rows []Row) (all, byStore float64, ok bool) {
 
 // load is the generator's configuration for one row.
 func (r *runner) load(addr string, keys KeySet, level int) loadgen.Config {
+	return closedLoop(addr, keys, level, r.cfg.Warmup, r.cfg.Measure, r.cfg.Timeout, r.cfg.Conns)
+}
+
+// closedLoop is the generator's configuration for one closed-loop run of
+// the sweep or the ratio: level workers on keys (tenants "t..."), warmup
+// sent but not counted, then measure counted.
+func closedLoop(addr string, keys KeySet, level int, warmup, measure, timeout time.Duration, conns int) loadgen.Config {
 	return loadgen.Config{
 		Targets:     []loadgen.Target{{Region: "default", Addr: addr}},
 		Concurrency: level,
-		Duration:    r.cfg.Warmup + r.cfg.Measure,
-		Warmup:      r.cfg.Warmup,
-		Timeout:     r.cfg.Timeout,
+		Duration:    warmup + measure,
+		Warmup:      warmup,
+		Timeout:     timeout,
 		Keys:        keys.Keys,
 		KeyField:    loadgen.Tenant,
 		KeyPrefix:   "t",
-		Conns:       r.cfg.Conns,
-		Interval:    r.cfg.Warmup + r.cfg.Measure, // the series is not used
+		Conns:       conns,
+		Interval:    warmup + measure, // the series is not used
 		// No Logger: loadgen's per-run lines would drown the table's
 		// progress; failures are counted in the rows.
 	}
+}
+
+// workDir is dir, created if missing, or a new temporary directory
+// (named prefix...) that cleanup removes; cleanup leaves a given dir.
+func workDir(dir, prefix string) (path string, cleanup func(), err error) {
+	if dir != "" {
+		return dir, func() {}, os.MkdirAll(dir, 0o755)
+	}
+	if dir, err = os.MkdirTemp("", prefix); err != nil {
+		return "", nil, err
+	}
+	return dir, func() { os.RemoveAll(dir) }, nil
 }
 
 // fill copies the generator's measured figures into row.
