@@ -107,10 +107,24 @@ func (p *cpuPressure) contended(now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if now.Sub(p.at) >= 100*time.Millisecond {
-		v, ok := p.read()
-		p.high, p.at = ok && v.avg10 >= highCPUPressure, now
+		p.readLocked(now)
 	}
 	return p.high
+}
+
+// readLocked reads the file once for both readings: avg10's verdict
+// (renewed) and, if the last sample is a millisecond old or more, a
+// sample of total.
+func (p *cpuPressure) readLocked(now time.Time) {
+	v, ok := p.read()
+	p.high, p.at = ok && v.avg10 >= highCPUPressure, now
+	if !ok {
+		return
+	}
+	if last := p.latest(); last.at.IsZero() || now.Sub(last.at) >= time.Millisecond {
+		p.samples[p.next] = psiSample{at: now, total: v.total}
+		p.next = (p.next + 1) % psiSamples
+	}
 }
 
 // sample reads the cumulative total, unless it was read less than a
@@ -130,12 +144,7 @@ func (p *cpuPressure) sampleLocked(now time.Time) {
 	if last := p.latest(); !last.at.IsZero() && now.Sub(last.at) < time.Millisecond {
 		return
 	}
-	v, ok := p.read()
-	if !ok {
-		return
-	}
-	p.samples[p.next] = psiSample{at: now, total: v.total}
-	p.next = (p.next + 1) % psiSamples
+	p.readLocked(now)
 }
 
 // waited samples (as sample) and reports whether tasks waited for a CPU
