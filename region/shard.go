@@ -359,6 +359,14 @@ func lateDeferral(late, th time.Duration) time.Duration {
 	return min(max(late, time.Millisecond), max(th, time.Millisecond))
 }
 
+// starved reports whether silence of a shard for th may be this
+// machine's doing: goroutines of this process waited half of th for a
+// CPU lately, or the machine's CPUs are contended, for long (avg10) or
+// in these last milliseconds (a Redis beside this node waits too).
+func (s *Store) starved(now time.Time, th time.Duration) bool {
+	return s.lag.recent(now, th/2, th) || s.cpu.contended(now) || s.cpu.waited(now, th)
+}
+
 // check judges the shard's calls in flight and in the queue: the watch
 // timer's body.
 //
@@ -394,8 +402,12 @@ func (sh *shard) check() {
 		age := now.Sub(old.sent)
 		switch {
 		case heard:
-			// Alive; give up on one pipeline only if it is far overdue.
-			if p := old; age >= pipeStallFactor*th && !sh.prog.pending() {
+			// Alive; give up on one pipeline only if it is far overdue,
+			// and not while this process or the machine is short of CPU:
+			// its reply may have been read and wait for its goroutine to
+			// run. (A connection that died silently fails at its socket
+			// deadline, --redis-max-wait, if starvation lasts that long.)
+			if p := old; age >= pipeStallFactor*th && !sh.prog.pending() && !sh.s.starved(now, th) {
 				p.abandoned = true
 				sh.removeInflight(p)
 				settle, settleErr = p.calls, fmt.Errorf("%w: %s: one pipeline unanswered for %v", ErrStalled, sh.addr, now.Sub(p.sent).Round(time.Microsecond))
@@ -410,7 +422,7 @@ func (sh *shard) check() {
 			return
 		case sh.prog.pending():
 			// Replies wait unread: this node is slow, not the shard.
-		case age < contendedFactor*th && (sh.s.lag.recent(now, th/2, th) || sh.s.cpu.contended(now) || sh.s.cpu.waited(now, th)):
+		case age < contendedFactor*th && sh.s.starved(now, th):
 			// Goroutines of this process waited that long for a CPU
 			// lately (the pipeline may have reached the socket late, or
 			// its reply been read late), or the machine's CPUs are
