@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 
@@ -37,6 +38,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/exemplar"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -117,7 +119,15 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 	}
 	res := resource.NewSchemaless(attribute.String("service.name", cfg.Service))
-	t.meters = sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res))
+	mopts := []sdkmetric.Option{sdkmetric.WithReader(exp), sdkmetric.WithResource(res)}
+	if cfg.SpanExporter == nil && cfg.OTLPEndpoint == "" && os.Getenv("OTEL_METRICS_EXEMPLAR_FILTER") == "" {
+		// No spans, so no exemplar can ever be kept; the default
+		// trace-based filter would still look for a span in every
+		// measurement's context (a walk up the gRPC context chain, four
+		// times per check).
+		mopts = append(mopts, sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter))
+	}
+	t.meters = sdkmetric.NewMeterProvider(mopts...)
 	t.meter = t.meters.Meter(ScopeName)
 	if err := t.instruments(); err != nil {
 		return nil, errors.Join(err, t.meters.Shutdown(ctx))

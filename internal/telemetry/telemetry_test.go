@@ -174,16 +174,32 @@ func TestNilTelemetry(t *testing.T) {
 	assert.NoError(t, tel.Shutdown(context.Background()))
 }
 
+// BenchmarkObserveCheck is the telemetry of one check: a decision and the
+// Redis call under it. "deep" passes a context of the depth a gRPC
+// handler's has (the transport, peer, metadata and stream values), which
+// is what a lookup of a span in it walks.
 func BenchmarkObserveCheck(b *testing.B) {
 	tel, err := telemetry.New(context.Background(), telemetry.Config{})
 	require.NoError(b, err)
 	defer tel.Shutdown(context.Background())
 	d := &decide.Decision{Outcome: decide.Allowed, PolicyID: "p"}
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			tel.ObserveCheck(ctx, "grpc", d, nil, time.Microsecond)
-		}
-	})
+	type ctxKey int
+	deep := context.Background()
+	for i := range 12 {
+		deep = context.WithValue(deep, ctxKey(i), i)
+	}
+	for _, bc := range []struct {
+		name string
+		ctx  context.Context
+	}{{"background", context.Background()}, {"deep", deep}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					tel.ObserveRedis(bc.ctx, "take", nil, time.Microsecond)
+					tel.ObserveCheck(bc.ctx, "grpc", d, nil, time.Microsecond)
+				}
+			})
+		})
+	}
 }
