@@ -4,10 +4,12 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // --gc-percent sets the GC target; GOGC from the environment is kept when
@@ -42,4 +44,49 @@ func TestGCPercent(t *testing.T) {
 	fs, p = parse("--gc-percent", "0")
 	setGCPercent(fs, p, log)
 	assert.Equal(t, 100, debug.SetGCPercent(100), "0 leaves Go's default")
+}
+
+// --gomaxprocs sets GOMAXPROCS; the environment's is kept when the flag is
+// not given, and 0 leaves Go's default.
+func TestMaxProcs(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	orig := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() { runtime.GOMAXPROCS(orig) })
+	parse := func(args ...string) (*flag.FlagSet, int) {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		n := fs.Int("gomaxprocs", 0, "")
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return fs, *n
+	}
+	set := func(n int) { runtime.GOMAXPROCS(n) }
+
+	set(3)
+	t.Setenv("GOMAXPROCS", "")
+	fs, n := parse()
+	setMaxProcs(fs, n, log)
+	assert.Equal(t, 3, runtime.GOMAXPROCS(0), "no flag: left alone")
+
+	fs, n = parse("--gomaxprocs", "1")
+	setMaxProcs(fs, n, log)
+	assert.Equal(t, 1, runtime.GOMAXPROCS(0), "the flag applies")
+
+	set(3)
+	t.Setenv("GOMAXPROCS", "2")
+	fs, n = parse("--gomaxprocs", "1")
+	setMaxProcs(fs, n, log)
+	assert.Equal(t, 1, runtime.GOMAXPROCS(0), "the flag wins over GOMAXPROCS")
+
+	set(3)
+	fs, n = parse("--gomaxprocs", "0")
+	setMaxProcs(fs, n, log)
+	assert.Equal(t, 3, runtime.GOMAXPROCS(0), "0 leaves Go's default")
+}
+
+// A negative --gomaxprocs is refused before the node starts.
+func TestNegativeMaxProcsRefused(t *testing.T) {
+	err := run([]string{"--gomaxprocs", "-1", "--policies", "/nonexistent"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "--gomaxprocs -1")
 }

@@ -22,6 +22,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -74,6 +75,7 @@ func run(args []string) error {
 	grpcInFlight := fs.Int("grpc-max-inflight", node.DefaultGRPCMaxInFlight, "most gRPC calls in progress on the node; more are refused with UNAVAILABLE (node overloaded) before their message is read (bounds memory at about this x 3.1 MiB); -1: unlimited")
 	grpcIdle := fs.Duration("grpc-idle-timeout", node.DefaultGRPCIdleTimeout, "a gRPC connection with no call in flight for this long is closed (clients reconnect)")
 	gcPercent := fs.Int("gc-percent", defaultGCPercent, "Go GC target: the heap may grow this many percent over the live heap between collections (Go's GOGC; higher: less CPU spent collecting, more memory); the GOGC environment variable wins unless this flag is given; 0: Go's default (100)")
+	maxProcs := fs.Int("gomaxprocs", 0, "Go's GOMAXPROCS: most OS threads running the node's Go code at once; 0: Go's default (the CPUs the node may use); the GOMAXPROCS environment variable wins unless this flag is given")
 	res := resilienceFlags(fs)
 	multi := multiRegionFlags(fs)
 	transport := transportFlags(fs)
@@ -89,6 +91,10 @@ func run(args []string) error {
 		return err
 	}
 	setGCPercent(fs, *gcPercent, log)
+	if *maxProcs < 0 {
+		return fmt.Errorf("--gomaxprocs %d: want 0 (Go's default) or a positive count", *maxProcs)
+	}
+	setMaxProcs(fs, *maxProcs, log)
 	tr, err := transport(log)
 	if err != nil {
 		return err
@@ -178,6 +184,24 @@ func setGCPercent(fs *flag.FlagSet, pct int, log *slog.Logger) {
 	}
 	old := debug.SetGCPercent(pct)
 	log.Debug("gc target", "gc_percent", pct, "was", old)
+}
+
+// setMaxProcs applies --gomaxprocs, unless GOMAXPROCS is set in the
+// environment and the flag was not given. Fewer Go threads than CPUs
+// pays where the node shares a small machine: on 2 vCPUs beside Redis and
+// the load generator, one thread cut the node's CPU per exact decision by
+// a fifth (fewer cross-CPU wake-ups, larger socket writes;
+// docs/benchmarks.md, "GOMAXPROCS"); it also caps the node at that many
+// CPUs, so Go's default (every CPU the node may use, within a cgroup
+// quota) stays the default.
+func setMaxProcs(fs *flag.FlagSet, n int, log *slog.Logger) {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "gomaxprocs" })
+	if n <= 0 || (!given && os.Getenv("GOMAXPROCS") != "") {
+		return
+	}
+	old := runtime.GOMAXPROCS(n)
+	log.Debug("gomaxprocs", "gomaxprocs", n, "was", old)
 }
 
 func splitList(s string) []string {
