@@ -234,6 +234,7 @@ func Open(ctx context.Context, addrs []string, opts Options) (*Store, error) {
 		if !enabled {
 			s := newStore(c, false, addrs[0], opts, cs)
 			s.shard(addrs[0], c) // reported by Shards from the start
+			s.warm(ctx, c)
 			return s, nil
 		}
 		c.Close()
@@ -269,11 +270,54 @@ func Open(ctx context.Context, addrs []string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("region: open cluster %s: %w", strings.Join(addrs, ","), err)
 	}
 	s := newStore(cc, true, "", opts, cs)
-	_ = cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+	_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 		s.shard(c.Options().Addr, c) // reported by Shards from the start
+		s.warm(ctx, c)
 		return nil
 	})
 	return s, nil
+}
+
+// storeScripts are the scripts the store's methods send (evalAll).
+var storeScripts = []*redis.Script{lua.CheckTB, lua.Check, lua.Refund, lua.Lease, lua.Return}
+
+// warm readies one shard for the first calls of a busy start: it opens
+// as many connections as pipelines may be in flight and loads the
+// store's scripts. Otherwise the first pipelines dial, handshake and
+// compile (NOSCRIPT, then EVAL) inside the time their stall judgement
+// counts, before any round trip has taught the threshold what this
+// machine's round trips are: 32 checks at once on a node just started
+// made those first pipelines take 8-22 ms, judged a stall at 4 ms (3 of
+// 59 starts, docs/benchmarks.md "A busy start"). Best effort: a shard
+// that refuses is logged, and calls fall back as before (a dial in the
+// pipeline, EVAL after NOSCRIPT).
+func (s *Store) warm(ctx context.Context, c *redis.Client) {
+	addr := c.Options().Addr
+	n := s.opts.Pipelines
+	if ps := c.Options().PoolSize; ps > 0 {
+		n = min(n, ps) // holding more would wait for the pool
+	}
+	held := make([]*redis.Conn, 0, n)
+	defer func() {
+		for _, cn := range held {
+			_ = cn.Close() // back to the pool, open
+		}
+	}()
+	for range n {
+		cn := c.Conn()
+		if err := cn.Ping(ctx).Err(); err != nil {
+			_ = cn.Close()
+			s.opts.Logger.Warn("redis shard: could not open a connection ahead of the first calls", "shard", addr, "err", err)
+			return
+		}
+		held = append(held, cn)
+	}
+	for _, sc := range storeScripts {
+		if err := sc.Load(ctx, c).Err(); err != nil {
+			s.opts.Logger.Warn("redis shard: could not load a script ahead of the first calls", "shard", addr, "err", err)
+			return
+		}
+	}
 }
 
 func clientOptions(addr string, opts Options, dial func(context.Context, string, string) (net.Conn, error)) *redis.Options {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/lua"
 	"github.com/allot-dev/allot/region"
 )
 
@@ -73,6 +75,37 @@ func TestOpenSingleIsNotCluster(t *testing.T) {
 	assert.False(t, s.Cluster())
 	_, ok := s.Client().(*redis.Client)
 	assert.True(t, ok)
+}
+
+// Open readies a shard for a busy start: as many connections as
+// pipelines may be in flight, and the store's scripts loaded, so that the
+// first pipelines neither dial nor fall back from NOSCRIPT to EVAL inside
+// the time their stall judgement counts.
+func TestOpenWarmsTheShard(t *testing.T) {
+	srv := redistest.Server(t)
+	ctx := context.Background()
+	st, err := region.Open(ctx, []string{srv.Addr}, region.Options{Pipelines: 3})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = direct.Close() })
+
+	var hashes []string
+	for _, sc := range []*redis.Script{lua.CheckTB, lua.Check, lua.Refund, lua.Lease, lua.Return} {
+		hashes = append(hashes, sc.Hash())
+	}
+	exists, err := direct.ScriptExists(ctx, hashes...).Result()
+	require.NoError(t, err)
+	assert.Equal(t, []bool{true, true, true, true, true}, exists, "check_tb, check, refund, lease, return loaded")
+
+	list, err := direct.ClientList(ctx).Result()
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, strings.Count(list, "\n")-1, 3, "one connection per pipeline, besides this one:\n%s", list)
+
+	take1(t, st, algorithm.Group{{Key: "rl:{warm}:x", Spec: tb(100, time.Second, 0), Cost: 1}})
+	info, err := direct.Info(ctx, "commandstats").Result()
+	require.NoError(t, err)
+	assert.NotContains(t, info, "cmdstat_eval:", "the first check needed no EVAL")
 }
 
 // TestConcurrentExactness hammers one bucket from many goroutines and
