@@ -12,20 +12,25 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// intFlag parses args with one int flag name (default def) defined, as
+// the node's flag set would.
+func intFlag(t *testing.T, name string, def int, args ...string) (*flag.FlagSet, int) {
+	t.Helper()
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	v := fs.Int(name, def, "")
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return fs, *v
+}
+
 // --gc-percent sets the GC target; GOGC from the environment is kept when
 // the flag is not given, and overridden when it is.
 func TestGCPercent(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	orig := debug.SetGCPercent(100)
 	t.Cleanup(func() { debug.SetGCPercent(orig) })
-	parse := func(args ...string) (*flag.FlagSet, int) {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		p := fs.Int("gc-percent", defaultGCPercent, "")
-		if err := fs.Parse(args); err != nil {
-			t.Fatal(err)
-		}
-		return fs, *p
-	}
+	parse := func(args ...string) (*flag.FlagSet, int) { return intFlag(t, "gc-percent", defaultGCPercent, args...) }
 
 	t.Setenv("GOGC", "")
 	fs, p := parse()
@@ -52,14 +57,7 @@ func TestMaxProcs(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	orig := runtime.GOMAXPROCS(0)
 	t.Cleanup(func() { runtime.GOMAXPROCS(orig) })
-	parse := func(args ...string) (*flag.FlagSet, int) {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		n := fs.Int("gomaxprocs", 0, "")
-		if err := fs.Parse(args); err != nil {
-			t.Fatal(err)
-		}
-		return fs, *n
-	}
+	parse := func(args ...string) (*flag.FlagSet, int) { return intFlag(t, "gomaxprocs", 0, args...) }
 	set := func(n int) { runtime.GOMAXPROCS(n) }
 
 	set(3)
