@@ -288,7 +288,7 @@ var storeScripts = []*redis.Script{lua.CheckTB, lua.Check, lua.Refund, lua.Lease
 // counts, before any round trip has taught the threshold what this
 // machine's round trips are: 32 checks at once on a node just started
 // made those first pipelines take 8-22 ms, judged a stall at 4 ms (3 of
-// 59 starts, docs/benchmarks.md "A busy start"). Best effort: a shard
+// 76 starts, docs/benchmarks.md "A busy start"). Best effort: a shard
 // that refuses is logged, and calls fall back as before (a dial in the
 // pipeline, EVAL after NOSCRIPT).
 func (s *Store) warm(ctx context.Context, c *redis.Client) {

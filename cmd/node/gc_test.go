@@ -58,9 +58,8 @@ func TestMaxProcs(t *testing.T) {
 	orig := runtime.GOMAXPROCS(0)
 	t.Cleanup(func() { runtime.GOMAXPROCS(orig) })
 	parse := func(args ...string) (*flag.FlagSet, int) { return intFlag(t, "gomaxprocs", 0, args...) }
-	set := func(n int) { runtime.GOMAXPROCS(n) }
 
-	set(3)
+	runtime.GOMAXPROCS(3)
 	t.Setenv("GOMAXPROCS", "")
 	fs, n := parse()
 	setMaxProcs(fs, n, log)
@@ -70,13 +69,13 @@ func TestMaxProcs(t *testing.T) {
 	setMaxProcs(fs, n, log)
 	assert.Equal(t, 1, runtime.GOMAXPROCS(0), "the flag applies")
 
-	set(3)
+	runtime.GOMAXPROCS(3)
 	t.Setenv("GOMAXPROCS", "2")
 	fs, n = parse("--gomaxprocs", "1")
 	setMaxProcs(fs, n, log)
 	assert.Equal(t, 1, runtime.GOMAXPROCS(0), "the flag wins over GOMAXPROCS")
 
-	set(3)
+	runtime.GOMAXPROCS(3)
 	fs, n = parse("--gomaxprocs", "0")
 	setMaxProcs(fs, n, log)
 	assert.Equal(t, 3, runtime.GOMAXPROCS(0), "0 leaves Go's default")

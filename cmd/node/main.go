@@ -190,7 +190,7 @@ func setGCPercent(fs *flag.FlagSet, pct int, log *slog.Logger) {
 // environment and the flag was not given. Fewer Go threads than CPUs
 // pays where the node shares a small machine: on 2 vCPUs beside Redis and
 // the load generator, one thread cut the node's CPU per exact decision by
-// a fifth (fewer cross-CPU wake-ups, larger socket writes;
+// 18 % (fewer cross-CPU wake-ups, larger socket writes;
 // docs/benchmarks.md, "GOMAXPROCS"); it also caps the node at that many
 // CPUs, so Go's default (every CPU the node may use, within a cgroup
 // quota) stays the default.
