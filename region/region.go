@@ -115,6 +115,11 @@ type Options struct {
 	Breaker BreakerOptions
 	// Logger receives breaker state changes; nil discards them.
 	Logger *slog.Logger
+	// NoWarmUp skips Open's warm-up of each shard (Store.warm): for a store
+	// that sends none of the decision scripts and has no busy start, as
+	// a coordinator's, the warm-up would only hold Pipelines connections
+	// and load five scripts it never runs.
+	NoWarmUp bool
 	// Dialer, when set, opens every connection (addr is the Redis node's
 	// own address, as the cluster announces it). A seam for tests that
 	// route one shard through a fault-injecting proxy.
@@ -234,7 +239,9 @@ func Open(ctx context.Context, addrs []string, opts Options) (*Store, error) {
 		if !enabled {
 			s := newStore(c, false, addrs[0], opts, cs)
 			s.shard(addrs[0], c) // reported by Shards from the start
-			s.warm(ctx, c)
+			if !opts.NoWarmUp {
+				s.warm(ctx, c)
+			}
 			return s, nil
 		}
 		c.Close()
@@ -272,7 +279,9 @@ func Open(ctx context.Context, addrs []string, opts Options) (*Store, error) {
 	s := newStore(cc, true, "", opts, cs)
 	_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 		s.shard(c.Options().Addr, c) // reported by Shards from the start
-		s.warm(ctx, c)
+		if !opts.NoWarmUp {
+			s.warm(ctx, c)
+		}
 		return nil
 	})
 	return s, nil

@@ -108,6 +108,25 @@ func TestOpenWarmsTheShard(t *testing.T) {
 	assert.NotContains(t, info, "cmdstat_eval:", "the first check needed no EVAL")
 }
 
+// TestOpenNoWarmUp: with Options.NoWarmUp (a coordinator's store)
+// Open leaves the script cache as it was and holds no extra connections.
+func TestOpenNoWarmUp(t *testing.T) {
+	srv := redistest.Server(t)
+	ctx := context.Background()
+	st, err := region.Open(ctx, []string{srv.Addr}, region.Options{Pipelines: 3, NoWarmUp: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = direct.Close() })
+
+	exists, err := direct.ScriptExists(ctx, lua.CheckTB.Hash(), lua.Check.Hash()).Result()
+	require.NoError(t, err)
+	assert.Equal(t, []bool{false, false}, exists, "no script loaded")
+	list, err := direct.ClientList(ctx).Result()
+	require.NoError(t, err)
+	assert.Less(t, strings.Count(list, "\n")-1, 3, "fewer connections than pipelines, besides this one:\n%s", list)
+}
+
 // TestConcurrentExactness hammers one bucket from many goroutines and
 // checks the admitted count against the refill the stored state proves.
 //

@@ -111,7 +111,9 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 			c.closeAll()
 		}
 	}()
-	rs, err := region.Open(ctx, cfg.RedisAddrs, cfg.RedisOptions)
+	ro := cfg.RedisOptions
+	ro.NoWarmUp = true // it sends no decision scripts (region.Options.NoWarmUp)
+	rs, err := region.Open(ctx, cfg.RedisAddrs, ro)
 	if err != nil {
 		return nil, fmt.Errorf("coordinator %s: %w", cfg.ID, err)
 	}
