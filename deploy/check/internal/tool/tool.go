@@ -32,6 +32,14 @@ const (
 	Promtool = "github.com/prometheus/prometheus/cmd/promtool@v0.316.0"
 )
 
+// buildTags are the build tags a pinned tool is installed with.
+// remove_all_sd (Prometheus 3.10 and later) leaves out every service
+// discovery provider and with them the cloud and Kubernetes SDKs, which
+// `promtool check rules` and `test rules` never use: with empty module
+// and build caches the install took 3 min 39 s instead of 7 min 0 s
+// (2026-12-01, two cores, nothing else running).
+var buildTags = map[string]string{Promtool: "remove_all_sd"}
+
 // Root is the repository root (this file is deploy/check/internal/tool).
 func Root() string {
 	_, file, _, _ := runtime.Caller(0)
@@ -62,11 +70,12 @@ var (
 	installed = map[string]string{}
 )
 
-// Install runs `go install pkg@version` with GOBIN a cache directory of
-// its own (one per pinned version, under os.UserCacheDir) and returns the
-// executable. go install links only when the installed binary is stale,
-// so after the first build on a machine this costs about a second, and
-// every later call of the tool runs the binary directly.
+// Install runs `go install pkg@version` (with its buildTags) with GOBIN a
+// cache directory of its own (one per pinned version and tags, under
+// os.UserCacheDir) and returns the executable. go install links only
+// when the installed binary is stale, so after the first build on a
+// machine this costs about a second, and every later call of the tool
+// runs the binary directly.
 func Install(t testing.TB, pkg string) string {
 	t.Helper()
 	installMu.Lock()
@@ -82,8 +91,14 @@ func Install(t testing.TB, pkg string) string {
 	if err != nil {
 		cache = os.TempDir()
 	}
-	gobin := filepath.Join(cache, "allot-deploy-check", filepath.Base(path)+"-"+version)
-	cmd := exec.Command("go", "install", pkg)
+	name := filepath.Base(path) + "-" + version
+	args := []string{"install"}
+	if tags := buildTags[pkg]; tags != "" {
+		name += "-" + tags
+		args = append(args, "-tags", tags)
+	}
+	gobin := filepath.Join(cache, "allot-deploy-check", name)
+	cmd := exec.Command("go", append(args, pkg)...)
 	cmd.Env = append(os.Environ(), "GOBIN="+gobin, "GOTOOLCHAIN=local", "GOFLAGS=-buildvcs=false")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go install %s: %v\n%s", pkg, err, out)
