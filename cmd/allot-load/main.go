@@ -41,7 +41,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/allot-dev/allot/internal/envflag"
 	"github.com/allot-dev/allot/internal/loadgen"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
@@ -80,8 +79,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	c := &o.cfg
 	c.Template = &ratelimitv1.RateLimitRequest{}
-	fs := flag.NewFlagSet("allot-load", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("allot-load", "ALLOT_LOAD_", stderr)
 	fs.StringVar(&o.targets, "target", "127.0.0.1:8081", "targets as region=addr,... (gRPC host:port, or HTTP host:port or base URL); a bare address is region \"default\"")
 	fs.StringVar(&o.protocol, "protocol", "grpc", "grpc (CheckRateLimit) or http (POST /v1/check, JSON)")
 	fs.Float64Var(&c.Rate, "rate", 0, "open loop: requests per second over all targets; 0 runs closed loop")
@@ -114,14 +112,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress line")
 	fs.StringVar(&o.noopListen, "noop-listen", "", "instead of sending load, serve a no-op RateLimiterService (always ALLOWED) on this address until Ctrl-C")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
-	envflag.Usage(fs, "ALLOT_LOAD_")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if err := envflag.Apply(fs, "ALLOT_LOAD_"); err != nil {
+	if err := fs.parse(args); err != nil {
 		return nil, err
 	}
 	c.Seed = *seed

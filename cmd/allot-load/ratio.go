@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -10,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allot-dev/allot/internal/envflag"
 	"github.com/allot-dev/allot/internal/loadgen/sweep"
 )
 
@@ -18,26 +16,17 @@ import (
 // no-op server's with the same generator, alternated in one run
 // (package loadgen/sweep, Ratio), one line per pair and the mean.
 func runRatio(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("allot-load ratio", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("allot-load ratio", "ALLOT_LOAD_RATIO_", stderr)
 	mode := fs.String("mode", sweep.RatioExact, "what the node decides: "+strings.Join(sweep.RatioModes, ", ")+
 		" (exact: 10,000 tenants on Redis; leased: one hot tenant, precision leased, on Redis; standalone: 10,000 tenants, no Redis)")
-	nodeBin := fs.String("node-bin", "bin/allot-node", "allot-node binary to start (a separate process)")
-	nodeArgs := fs.String("node-args", "", "extra allot-node flags, space-separated (e.g. \"--redis-pipelines 1\")")
+	node := fs.nodeFlags("allot-node binary to start (a separate process)", "--redis-pipelines 1")
 	pairs := fs.Int("pairs", 3, "no-op / node pairs to run, alternated")
 	conc := fs.Int("concurrency", 32, "closed-loop workers of the generator")
 	measure := fs.Duration("measure", 8*time.Second, "length of each run")
 	warmup := fs.Duration("warmup", 2*time.Second, "one uncounted run against the node before the first pair")
 	conns := fs.Int("conns", 1, "generator gRPC connections")
 	dir := fs.String("dir", "", "keep the policy file and the redis-server, node and no-op logs here (default: a temporary directory, removed)")
-	envflag.Usage(fs, "ALLOT_LOAD_RATIO_")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("ratio: unexpected arguments %q", fs.Args())
-	}
-	if err := envflag.Apply(fs, "ALLOT_LOAD_RATIO_"); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	if !slices.Contains(sweep.RatioModes, *mode) {
@@ -49,15 +38,15 @@ func runRatio(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *measure <= 0 || *warmup <= 0 {
 		return fmt.Errorf("--measure %v, --warmup %v: want positive", *measure, *warmup)
 	}
-	if _, err := os.Stat(*nodeBin); err != nil {
-		return fmt.Errorf("--node-bin: %w (make build writes bin/allot-node)", err)
+	if err := node.check(); err != nil {
+		return err
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("the no-op server runs this binary: %w", err)
 	}
 	cfg := sweep.RatioConfig{
-		NodeBin: *nodeBin, LoadBin: self, NodeArgs: strings.Fields(*nodeArgs), Mode: *mode,
+		NodeBin: *node.bin, LoadBin: self, NodeArgs: node.extra(), Mode: *mode,
 		Pairs: *pairs, Concurrency: *conc, Measure: *measure, Warmup: *warmup, Conns: *conns, Dir: *dir,
 		Out: stdout,
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allot-dev/allot/internal/envflag"
 	"github.com/allot-dev/allot/internal/loadgen/sweep"
 )
 
@@ -19,10 +17,8 @@ import (
 // (package loadgen/sweep) against a node binary on a redis-server it
 // starts.
 func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("allot-load sweep", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	nodeBin := fs.String("node-bin", "bin/allot-node", "allot-node binary to start (a separate process) on the sweep's redis-server")
-	nodeArgs := fs.String("node-args", "", "extra allot-node flags, space-separated (e.g. \"--redis-timeout 50ms\")")
+	fs := newFlags("allot-load sweep", "ALLOT_LOAD_SWEEP_", stderr)
+	node := fs.nodeFlags("allot-node binary to start (a separate process) on the sweep's redis-server", "--redis-timeout 50ms")
 	levels := fs.String("levels", "1,4,16,64,256", "closed-loop concurrencies, comma-separated")
 	precisions := fs.String("precision", "exact,leased", "policy precisions to run: exact, leased")
 	keys := fs.String("keys", "uniform,hot", "key sets to run: uniform (--key-count tenants) and hot (one tenant)")
@@ -35,14 +31,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	conns := fs.Int("conns", 1, "generator gRPC connections")
 	dir := fs.String("dir", "", "keep the policy files and the redis-server, node and no-op logs here (default: a temporary directory, removed)")
 	logLevel := fs.String("log-level", "info", "log level of the sweep's progress on stderr: debug, info, warn, error")
-	envflag.Usage(fs, "ALLOT_LOAD_SWEEP_")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("sweep: unexpected arguments %q", fs.Args())
-	}
-	if err := envflag.Apply(fs, "ALLOT_LOAD_SWEEP_"); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	var level slog.Level
@@ -50,7 +39,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	cfg := sweep.Config{
-		NodeBin: *nodeBin, NodeArgs: strings.Fields(*nodeArgs), Baseline: *baseline,
+		NodeBin: *node.bin, NodeArgs: node.extra(), Baseline: *baseline,
 		Warmup: *warmup, Measure: *measure, Timeout: *timeout, Conns: *conns, Dir: *dir,
 		Rows: stdout, Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	}
@@ -74,8 +63,8 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("the no-op baseline runs this binary: %w", err)
 		}
 	}
-	if _, err := os.Stat(cfg.NodeBin); err != nil {
-		return fmt.Errorf("--node-bin: %w (make build writes bin/allot-node)", err)
+	if err := node.check(); err != nil {
+		return err
 	}
 	cfg.Logger.Info("sweep", "rows", len(cfg.Levels)*len(cfg.Cases), "baseline", cfg.Baseline, "estimated", cfg.Duration().String())
 	rows, err := sweep.Run(ctx, cfg)
