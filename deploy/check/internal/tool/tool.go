@@ -1,6 +1,6 @@
 // Package tool runs what the deploy checks need from outside the test
-// process: Helm and promtool at pinned versions (go run PKG@VERSION, so
-// neither enters a go.mod and `go test ./...` of the main module never
+// process: Helm and promtool at pinned versions (go install PKG@VERSION,
+// so neither enters a go.mod and `go test ./...` of the main module never
 // builds them), and the repository's own allot-node and allot-coordinator,
 // built from this checkout so the chart is checked against the flags the
 // code declares today.
@@ -25,8 +25,8 @@ import (
 )
 
 // Pinned tool versions (/work/.library/env/packages/go-partial.tsv lists
-// both as fetched whole). go run caches the built executable, so only the
-// first run on a machine pays for the build.
+// both as fetched whole). Install keeps the built executable in the
+// user's cache, so only the first run on a machine pays for the build.
 const (
 	Helm     = "helm.sh/helm/v3/cmd/helm@v3.22.0"
 	Promtool = "github.com/prometheus/prometheus/cmd/promtool@v0.316.0"
