@@ -239,9 +239,7 @@ func Open(ctx context.Context, addrs []string, opts Options) (*Store, error) {
 		if !enabled {
 			s := newStore(c, false, addrs[0], opts, cs)
 			s.shard(addrs[0], c) // reported by Shards from the start
-			if !opts.NoWarmUp {
-				s.warm(ctx, c)
-			}
+			s.warm(ctx, c)
 			return s, nil
 		}
 		c.Close()
@@ -279,9 +277,7 @@ func Open(ctx context.Context, addrs []string, opts Options) (*Store, error) {
 	s := newStore(cc, true, "", opts, cs)
 	_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 		s.shard(c.Options().Addr, c) // reported by Shards from the start
-		if !opts.NoWarmUp {
-			s.warm(ctx, c)
-		}
+		s.warm(ctx, c)
 		return nil
 	})
 	return s, nil
@@ -299,8 +295,11 @@ var storeScripts = []*redis.Script{lua.CheckTB, lua.Check, lua.Refund, lua.Lease
 // made those first pipelines take 8-22 ms, judged a stall at 4 ms (3 of
 // 76 starts, docs/benchmarks.md "A busy start"). Best effort: a shard
 // that refuses is logged, and calls fall back as before (a dial in the
-// pipeline, EVAL after NOSCRIPT).
+// pipeline, EVAL after NOSCRIPT). Options.NoWarmUp skips it.
 func (s *Store) warm(ctx context.Context, c *redis.Client) {
+	if s.opts.NoWarmUp {
+		return
+	}
 	addr := c.Options().Addr
 	n := s.opts.Pipelines
 	if ps := c.Options().PoolSize; ps > 0 {
@@ -321,11 +320,15 @@ func (s *Store) warm(ctx context.Context, c *redis.Client) {
 		}
 		held = append(held, cn)
 	}
+	// One round trip for all the scripts, on a connection held (the pool
+	// may have none to spare). Not Script.Load on the pipeline: it would
+	// take the not yet executed command's empty value for the hash.
+	pl := held[0].Pipeline()
 	for _, sc := range storeScripts {
-		if err := sc.Load(ctx, c).Err(); err != nil {
-			s.opts.Logger.Warn("redis shard: could not load a script ahead of the first calls", "shard", addr, "err", err)
-			return
-		}
+		pl.ScriptLoad(ctx, lua.Source(sc))
+	}
+	if _, err := pl.Exec(ctx); err != nil {
+		s.opts.Logger.Warn("redis shard: could not load the scripts ahead of the first calls", "shard", addr, "err", err)
 	}
 }
 

@@ -108,6 +108,20 @@ func TestOpenWarmsTheShard(t *testing.T) {
 	assert.NotContains(t, info, "cmdstat_eval:", "the first check needed no EVAL")
 }
 
+// A pool of one connection, held by the warm-up, still loads the scripts.
+func TestOpenWarmsAPoolOfOne(t *testing.T) {
+	srv := redistest.Server(t)
+	ctx := context.Background()
+	st, err := region.Open(ctx, []string{srv.Addr}, region.Options{PoolSize: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = direct.Close() })
+	exists, err := direct.ScriptExists(ctx, lua.CheckTB.Hash(), lua.Return.Hash()).Result()
+	require.NoError(t, err)
+	assert.Equal(t, []bool{true, true}, exists)
+}
+
 // TestOpenNoWarmUp: with Options.NoWarmUp (a coordinator's store)
 // Open leaves the script cache as it was and holds no extra connections.
 func TestOpenNoWarmUp(t *testing.T) {
