@@ -177,9 +177,7 @@ const defaultGCPercent = 400
 // and the flag was not given (an operator's GOGC, or GOMEMLIMIT with
 // GOGC=off, is kept).
 func setGCPercent(fs *flag.FlagSet, pct int, log *slog.Logger) {
-	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "gc-percent" })
-	if pct == 0 || (!given && os.Getenv("GOGC") != "") {
+	if pct == 0 || !overridesEnv(fs, "gc-percent", "GOGC") {
 		return
 	}
 	old := debug.SetGCPercent(pct)
@@ -195,13 +193,20 @@ func setGCPercent(fs *flag.FlagSet, pct int, log *slog.Logger) {
 // CPUs, so Go's default (every CPU the node may use, within a cgroup
 // quota) stays the default.
 func setMaxProcs(fs *flag.FlagSet, n int, log *slog.Logger) {
-	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "gomaxprocs" })
-	if n <= 0 || (!given && os.Getenv("GOMAXPROCS") != "") {
+	if n <= 0 || !overridesEnv(fs, "gomaxprocs", "GOMAXPROCS") {
 		return
 	}
 	old := runtime.GOMAXPROCS(n)
 	log.Debug("gomaxprocs", "gomaxprocs", n, "was", old)
+}
+
+// overridesEnv reports whether the runtime setting of flag name applies
+// over Go's own environment variable env: the flag was given (on the
+// command line or as ALLOT_*), or env is not set.
+func overridesEnv(fs *flag.FlagSet, name, env string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given || os.Getenv(env) == ""
 }
 
 func splitList(s string) []string {
