@@ -77,18 +77,26 @@ func TestOpenSingleIsNotCluster(t *testing.T) {
 	assert.True(t, ok)
 }
 
+// openBeside opens a store with opts on a redis-server of its own, and a
+// plain client of the same server to look at what Open did.
+func openBeside(t *testing.T, opts region.Options) (*region.Store, *redis.Client) {
+	t.Helper()
+	srv := redistest.Server(t)
+	st, err := region.Open(context.Background(), []string{srv.Addr}, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = direct.Close() })
+	return st, direct
+}
+
 // Open readies a shard for a busy start: as many connections as
 // pipelines may be in flight, and the store's scripts loaded, so that the
 // first pipelines neither dial nor fall back from NOSCRIPT to EVAL inside
 // the time their stall judgement counts.
 func TestOpenWarmsTheShard(t *testing.T) {
-	srv := redistest.Server(t)
 	ctx := context.Background()
-	st, err := region.Open(ctx, []string{srv.Addr}, region.Options{Pipelines: 3})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
-	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = direct.Close() })
+	st, direct := openBeside(t, region.Options{Pipelines: 3})
 
 	var hashes []string
 	for _, sc := range []*redis.Script{lua.CheckTB, lua.Check, lua.Refund, lua.Lease, lua.Return} {
@@ -110,13 +118,8 @@ func TestOpenWarmsTheShard(t *testing.T) {
 
 // A pool of one connection, held by the warm-up, still loads the scripts.
 func TestOpenWarmsAPoolOfOne(t *testing.T) {
-	srv := redistest.Server(t)
 	ctx := context.Background()
-	st, err := region.Open(ctx, []string{srv.Addr}, region.Options{PoolSize: 1})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
-	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = direct.Close() })
+	_, direct := openBeside(t, region.Options{PoolSize: 1})
 	exists, err := direct.ScriptExists(ctx, lua.CheckTB.Hash(), lua.Return.Hash()).Result()
 	require.NoError(t, err)
 	assert.Equal(t, []bool{true, true}, exists)
@@ -125,13 +128,8 @@ func TestOpenWarmsAPoolOfOne(t *testing.T) {
 // TestOpenNoWarmUp: with Options.NoWarmUp (a coordinator's store)
 // Open leaves the script cache as it was and holds no extra connections.
 func TestOpenNoWarmUp(t *testing.T) {
-	srv := redistest.Server(t)
 	ctx := context.Background()
-	st, err := region.Open(ctx, []string{srv.Addr}, region.Options{Pipelines: 3, NoWarmUp: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
-	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = direct.Close() })
+	_, direct := openBeside(t, region.Options{Pipelines: 3, NoWarmUp: true})
 
 	exists, err := direct.ScriptExists(ctx, lua.CheckTB.Hash(), lua.Check.Hash()).Result()
 	require.NoError(t, err)
