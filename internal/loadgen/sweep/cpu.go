@@ -35,6 +35,45 @@ func parseStatCPU(stat string) (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
 
+// cpuTimes is the machine's CPU time by class, in ticks, from the first
+// line of /proc/stat.
+type cpuTimes struct{ total, idle, steal int64 }
+
+// parseProcStat reads the "cpu" line of /proc/stat: user nice system idle
+// iowait irq softirq steal (guest time is already inside user). Idle
+// counts iowait too: a CPU waiting for a disk could run the load.
+func parseProcStat(s string) (cpuTimes, error) {
+	line, _, _ := strings.Cut(s, "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return cpuTimes{}, fmt.Errorf("/proc/stat without a cpu line of 8 fields: %.40q", line)
+	}
+	var v [8]int64
+	for i := range v {
+		n, err := strconv.ParseInt(f[1+i], 10, 64)
+		if err != nil || n < 0 {
+			return cpuTimes{}, fmt.Errorf("/proc/stat field %q: want a count of ticks", f[1+i])
+		}
+		v[i] = n
+	}
+	var t cpuTimes
+	for _, n := range v {
+		t.total += n
+	}
+	t.idle, t.steal = v[3]+v[4], v[7]
+	return t, nil
+}
+
+// share is the idle and stolen fractions of the machine's CPU time
+// between a and b (zero when no time passed).
+func (a cpuTimes) share(b cpuTimes) (idle, steal float64) {
+	d := b.total - a.total
+	if d <= 0 {
+		return 0, 0
+	}
+	return float64(b.idle-a.idle) / float64(d), float64(b.steal-a.steal) / float64(d)
+}
+
 // parseLoadAverage is the first field of /proc/loadavg (0 if malformed).
 func parseLoadAverage(s string) float64 {
 	f := strings.Fields(s)

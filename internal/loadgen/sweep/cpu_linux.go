@@ -24,3 +24,12 @@ func loadAverage() float64 {
 	}
 	return parseLoadAverage(string(b))
 }
+
+// machineCPU is the machine's CPU time by class so far.
+func machineCPU() (cpuTimes, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}, fmt.Errorf("machine cpu: %w", err)
+	}
+	return parseProcStat(string(b))
+}

@@ -14,3 +14,8 @@ func processCPU(int) (time.Duration, error) {
 
 // loadAverage is unknown without /proc.
 func loadAverage() float64 { return 0 }
+
+// machineCPU needs /proc too.
+func machineCPU() (cpuTimes, error) {
+	return cpuTimes{}, errors.New("machine CPU time is read from /proc (Linux only)")
+}

@@ -28,6 +28,29 @@ func TestParseStatCPU(t *testing.T) {
 	}
 }
 
+func TestParseProcStat(t *testing.T) {
+	a, err := parseProcStat("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4 5 6 7 8\n")
+	if err != nil || a != (cpuTimes{total: 1000, idle: 850, steal: 0}) {
+		t.Fatalf("parseProcStat = %+v, %v", a, err)
+	}
+	b, err := parseProcStat("cpu  350 0 100 900 50 0 0 100 0 0\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle, steal := a.share(b)
+	if idle != 0.2 || steal != 0.2 { // 500 ticks: 100 idle, 100 steal
+		t.Errorf("share = %v, %v; want 0.2, 0.2", idle, steal)
+	}
+	if idle, steal := b.share(a); idle != 0 || steal != 0 {
+		t.Errorf("share backwards = %v, %v; want 0, 0", idle, steal)
+	}
+	for _, bad := range []string{"", "intr 1 2 3", "cpu 1 2 3", "cpu 1 2 3 x 5 6 7 8"} {
+		if _, err := parseProcStat(bad); err == nil {
+			t.Errorf("parseProcStat(%q) accepted", bad)
+		}
+	}
+}
+
 func TestParseLoadAverage(t *testing.T) {
 	if got := parseLoadAverage("2.42 0.96 0.36 2/159 11802\n"); got != 2.42 {
 		t.Errorf("got %v, want 2.42", got)
@@ -41,7 +64,8 @@ func TestParseLoadAverage(t *testing.T) {
 
 func TestSummarizeAndLines(t *testing.T) {
 	pairs := []Pair{
-		{Noop: 40000, Node: 20000, NodeCPU: 36 * time.Microsecond, RedisCPU: 17 * time.Microsecond, NoopCPU: 21 * time.Microsecond, Load: 2.5},
+		{Noop: 40000, Node: 20000, NodeCPU: 36 * time.Microsecond, RedisCPU: 17 * time.Microsecond, NoopCPU: 21 * time.Microsecond,
+			GenNoopCPU: 30 * time.Microsecond, GenNodeCPU: 35500 * time.Nanosecond, IdleNoop: 0.05, IdleNode: 0.204, StealNode: 0.01, Load: 2.5},
 		{Noop: 30000, Node: 21000},
 		{Noop: 0, Node: 1}, // a no-op that answered nothing has no ratio
 	}
@@ -59,7 +83,8 @@ func TestSummarizeAndLines(t *testing.T) {
 	if err := WriteSummary(&b, pairs[:2]); err != nil {
 		t.Fatal(err)
 	}
-	want := "1: no-op 40000/s, node 20000/s, ratio 0.500; CPU per call: node 36.0 µs, redis 17.0 µs, no-op 21.0 µs (load 2.50)\n" +
+	want := "1: no-op 40000/s, node 20000/s, ratio 0.500; CPU per call: node 36.0 µs, redis 17.0 µs, no-op 21.0 µs, " +
+		"generator 30.0 µs (no-op run) / 35.5 µs (node run); machine idle 5 % / 20 %, steal 1 % (load 2.50)\n" +
 		"ratio mean 0.600, range 0.500-0.700 over 2 pairs\n"
 	if b.String() != want {
 		t.Errorf("lines:\n%s\nwant:\n%s", b.String(), want)

@@ -125,6 +125,15 @@ type Pair struct {
 	// during the node run (RedisCPU zero standalone), the no-op server's
 	// during its run. Zero where /proc could not be read.
 	NodeCPU, RedisCPU, NoopCPU time.Duration
+	// GenNoopCPU and GenNodeCPU are the generator's (this process's) CPU
+	// per call in the no-op run and in the node run: what the answers'
+	// pattern costs the caller.
+	GenNoopCPU, GenNodeCPU time.Duration
+	// IdleNoop and IdleNode are the fractions of the machine's CPU time
+	// left idle in each run, StealNode the fraction the hypervisor took
+	// in the node run: a run with idle CPU was bound by latency, not by
+	// CPU. Zero where /proc/stat could not be read.
+	IdleNoop, IdleNode, StealNode float64
 	// Load is the 1-minute load average after the node run (0 unknown).
 	Load float64
 }
@@ -157,8 +166,10 @@ func Summarize(pairs []Pair) (mean, lo, hi float64) {
 
 // WritePair writes pair i (from 1) as one line.
 func WritePair(w io.Writer, i int, p Pair) error {
-	_, err := fmt.Fprintf(w, "%d: no-op %.0f/s, node %.0f/s, ratio %.3f; CPU per call: node %.1f µs, redis %.1f µs, no-op %.1f µs (load %.2f)\n",
-		i, p.Noop, p.Node, p.Ratio(), micros(p.NodeCPU), micros(p.RedisCPU), micros(p.NoopCPU), p.Load)
+	_, err := fmt.Fprintf(w, "%d: no-op %.0f/s, node %.0f/s, ratio %.3f; CPU per call: node %.1f µs, redis %.1f µs, no-op %.1f µs, "+
+		"generator %.1f µs (no-op run) / %.1f µs (node run); machine idle %.0f %% / %.0f %%, steal %.0f %% (load %.2f)\n",
+		i, p.Noop, p.Node, p.Ratio(), micros(p.NodeCPU), micros(p.RedisCPU), micros(p.NoopCPU),
+		micros(p.GenNoopCPU), micros(p.GenNodeCPU), 100*p.IdleNoop, 100*p.IdleNode, 100*p.StealNode, p.Load)
 	return err
 }
 
@@ -239,19 +250,26 @@ func Ratio(ctx context.Context, cfg RatioConfig) (pairs []Pair, err error) {
 	}
 	for i := 1; i <= cfg.Pairs; i++ {
 		var p Pair
+		self := os.Getpid()
 		cpu := cpuMeter{}
-		cpu.start(noop.pid())
+		cpu.start(noop.pid(), self)
+		m0, _ := machineCPU()
 		if p.Noop, err = run(noopAddr, cfg.Measure); err != nil {
 			return pairs, fmt.Errorf("no-op run %d: %w", i, err)
 		}
-		p.NoopCPU = cpu.perCall(noop.pid(), p.Noop*cfg.Measure.Seconds())
+		calls := p.Noop * cfg.Measure.Seconds()
+		p.NoopCPU, p.GenNoopCPU = cpu.perCall(noop.pid(), calls), cpu.perCall(self, calls)
+		m1, _ := machineCPU()
+		p.IdleNoop, _ = m0.share(m1)
 		cpu = cpuMeter{}
-		cpu.start(n.pid(), redisPid)
+		cpu.start(n.pid(), redisPid, self)
 		if p.Node, err = run(n.grpcAddr, cfg.Measure); err != nil {
 			return pairs, fmt.Errorf("node run %d: %w", i, err)
 		}
-		calls := p.Node * cfg.Measure.Seconds()
-		p.NodeCPU, p.RedisCPU = cpu.perCall(n.pid(), calls), cpu.perCall(redisPid, calls)
+		calls = p.Node * cfg.Measure.Seconds()
+		p.NodeCPU, p.RedisCPU, p.GenNodeCPU = cpu.perCall(n.pid(), calls), cpu.perCall(redisPid, calls), cpu.perCall(self, calls)
+		m2, _ := machineCPU()
+		p.IdleNode, p.StealNode = m1.share(m2)
 		p.Load = loadAverage()
 		if n.exited() {
 			return pairs, fmt.Errorf("the node exited:\n%s", n.logTail())

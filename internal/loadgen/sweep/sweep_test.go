@@ -123,6 +123,13 @@ func TestSweepRunsRealProcesses(t *testing.T) {
 			if p.NodeCPU <= 0 || p.NoopCPU <= 0 || (p.RedisCPU > 0) != (mode == RatioExact) {
 				t.Errorf("ratio %s: CPU per call node %v, redis %v, no-op %v", mode, p.NodeCPU, p.RedisCPU, p.NoopCPU)
 			}
+			// The generator is this test process: it worked in both runs.
+			if p.GenNoopCPU <= 0 || p.GenNodeCPU <= 0 {
+				t.Errorf("ratio %s: generator CPU per call %v (no-op run), %v (node run)", mode, p.GenNoopCPU, p.GenNodeCPU)
+			}
+			if p.IdleNoop < 0 || p.IdleNoop > 1 || p.IdleNode < 0 || p.IdleNode > 1 || p.StealNode < 0 || p.StealNode > 1 {
+				t.Errorf("ratio %s: machine idle %v / %v, steal %v: want fractions", mode, p.IdleNoop, p.IdleNode, p.StealNode)
+			}
 		}
 		if n := strings.Count(out.String(), "\n"); n != 3 {
 			t.Errorf("ratio %s: %d lines, want the header, the pair and the summary", mode, n)
