@@ -143,47 +143,65 @@ func TestParsePSI(t *testing.T) {
 	p := &cpuPressure{read: func() (psi, bool) { return psi{avg10: 45}, true }}
 	assert.True(t, p.contended(t0))
 	p.read = func() (psi, bool) { return psi{avg10: 1}, true }
-	assert.True(t, p.contended(t0.Add(50*time.Millisecond)), "read at most every 100 ms")
-	assert.False(t, p.contended(t0.Add(150*time.Millisecond)))
+	assert.True(t, p.contended(t0.Add(psiReadEvery/2)), "read at most every psiReadEvery")
+	assert.False(t, p.contended(t0.Add(psiReadEvery)))
 }
 
-// waited judges the moments since a sample between half and twice the
-// window old: contended when tasks waited for a CPU half that time or
-// more; a span shorter than half the window, or no sample recent enough,
-// says nothing.
+// The PSI file is read at most every psiReadEvery, however often checks
+// ask: reads closer than a jiffy make the kernel drop the waiting between
+// them (psiReadEvery), for every reader of the machine.
+func TestCPUPressureReadsAtMostEveryInterval(t *testing.T) {
+	reads := 0
+	p := &cpuPressure{read: func() (psi, bool) { reads++; return psi{}, true }}
+	for i := range 100 { // a busy shard: a check every millisecond
+		now := t0.Add(time.Duration(i) * time.Millisecond)
+		p.sample(now)
+		p.contended(now)
+		p.waited(now, 4*time.Millisecond)
+	}
+	assert.Equal(t, 5, reads, "100 ms of checks")
+}
+
+// waited judges the span from the newest sample back to the newest one
+// at least psiReadEvery (or half the window) older: contended when tasks
+// waited for a CPU a quarter of it or more; no sample recent enough says
+// nothing.
 func TestCPUPressureWaited(t *testing.T) {
 	var total time.Duration
 	reads := 0
 	p := &cpuPressure{read: func() (psi, bool) { reads++; return psi{total: total}, true }}
 	const window = 4 * time.Millisecond
-	assert.False(t, p.waited(t0, window), "one sample: nothing to compare")
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	assert.False(t, p.waited(at(0), window), "one sample: nothing to compare")
 
-	total += 3 * time.Millisecond // waited 3 of the next 4 ms
-	assert.True(t, p.waited(t0.Add(4*time.Millisecond), window))
+	total += 10 * time.Millisecond // waited half of the next 20 ms
+	assert.True(t, p.waited(at(20*time.Millisecond), window))
+	total += time.Second // not read: less than psiReadEvery since the last read
+	assert.True(t, p.waited(at(24*time.Millisecond), window), "judged on the samples taken")
+	assert.Equal(t, 2, reads)
 
-	total += 500 * time.Microsecond // 0.5 of the next 4 ms: an ordinary moment
-	assert.False(t, p.waited(t0.Add(8*time.Millisecond), window))
+	total -= time.Second
+	total += 2 * time.Millisecond // a tenth of the next 20 ms: an ordinary moment
+	assert.False(t, p.waited(at(40*time.Millisecond), window))
 
-	total += 4 * time.Millisecond
-	p.sample(t0.Add(8*time.Millisecond + 500*time.Microsecond))
-	assert.Equal(t, 3, reads, "a sample less than 1 ms after the last is not read")
-	assert.False(t, p.waited(t0.Add(8*time.Millisecond+600*time.Microsecond), window), "judged on the samples taken")
+	total += 5 * time.Millisecond // a quarter
+	share, span, ok := p.waitedShare(at(60*time.Millisecond), window)
+	assert.True(t, ok)
+	assert.Equal(t, 20*time.Millisecond, span)
+	assert.InDelta(t, 0.25, share, 1e-9)
+	assert.True(t, p.waited(at(60*time.Millisecond), window))
 
 	// Samples far apart (an idle shard between two calls): the long span
-	// says nothing about the last milliseconds.
+	// says nothing about the last moments.
 	total += 9 * time.Second
-	assert.False(t, p.waited(t0.Add(10*time.Second), window))
-
-	// A brief wait filling a span of 1 ms is not a contended window.
-	total += 900 * time.Microsecond
-	assert.False(t, p.waited(t0.Add(10*time.Second+time.Millisecond), window))
-	total += 3 * time.Millisecond // then the rest of the window waits too
-	assert.True(t, p.waited(t0.Add(10*time.Second+4*time.Millisecond), window))
+	assert.False(t, p.waited(at(10*time.Second), window))
+	total += 15 * time.Millisecond
+	assert.True(t, p.waited(at(10*time.Second+20*time.Millisecond), window), "then a span of its own")
 
 	// A machine without PSI: never contended.
 	none := &cpuPressure{read: func() (psi, bool) { return psi{}, false }}
 	none.sample(t0)
-	assert.False(t, none.waited(t0.Add(4*time.Millisecond), window))
+	assert.False(t, none.waited(t0.Add(20*time.Millisecond), window))
 }
 
 // The answer of a pipeline judged stalled closes a breaker that opened

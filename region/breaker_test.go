@@ -33,8 +33,10 @@ var shortBreaker = region.BreakerOptions{Window: 2 * time.Second, Bucket: 100 * 
 func openWith(t *testing.T, opts region.Options, addrs ...string) *region.Store {
 	t.Helper()
 	opts.Timeout = timeout
-	// On a contended CI machine silence is judged a stall only after
-	// StallMax: keep it below the 50 ms slowdown these tests inject.
+	// On a contended CI machine silence is judged a stall only after up
+	// to twice the threshold, plus a deferral of up to one more, and the
+	// threshold is at most StallMax: keep 3 x StallMax below the 100 ms
+	// slowdown these tests inject.
 	opts.StallMax = 30 * time.Millisecond
 	s, err := region.Open(context.Background(), addrs, opts)
 	require.NoError(t, err)
@@ -89,8 +91,8 @@ func TestNoCallWaitsBeyondItsDeadline(t *testing.T) {
 		"paused":     func(in *redistest.Instance, _ *faultproxy.Proxy) func() { in.Pause(); return in.Continue },
 		"black hole": func(_ *redistest.Instance, p *faultproxy.Proxy) func() { p.BlackHole(true); return p.Heal },
 		"cut":        func(_ *redistest.Instance, p *faultproxy.Proxy) func() { p.Cut(); return p.Heal },
-		"50ms latency": func(_ *redistest.Instance, p *faultproxy.Proxy) func() {
-			p.SetLatency(50 * time.Millisecond)
+		"100ms latency": func(_ *redistest.Instance, p *faultproxy.Proxy) func() {
+			p.SetLatency(100 * time.Millisecond)
 			return p.Heal
 		},
 		"500ms latency": func(_ *redistest.Instance, p *faultproxy.Proxy) func() {

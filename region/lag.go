@@ -55,23 +55,34 @@ func (l *schedLag) recent(now time.Time, d, within time.Duration) bool {
 	return l.worst >= d && now.Sub(l.at) < within
 }
 
+// latest is the longest wait recent last saw, and how long ago (zero
+// when it saw none).
+func (l *schedLag) latest(now time.Time) (worst, ago time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.at.IsZero() {
+		return 0, 0
+	}
+	return l.worst, now.Sub(l.at)
+}
+
 // cpuPressure reads the machine's CPU pressure (Linux PSI,
 // /proc/pressure/cpu: when runnable tasks waited for a CPU). On a
 // machine whose CPUs are contended, a Redis on the same machine waits for
 // a CPU too, and this node's network stack with it: a silent shard is
-// then likely slow, not stalled. Two readings: avg10, the share of the
-// last 10 s (read at most every 100 ms), for a machine contended for
-// long; and the cumulative total, sampled by the shards' checks (at most
-// every millisecond), for the last few milliseconds, which avg10 averages
-// away: on a shared VM an idle-looking machine still makes a ready
-// process wait over 4 ms for a CPU a few times a minute, and a
-// redis-server that waits so looks frozen (docs/benchmarks.md). False
-// where PSI is not available.
+// then likely slow, not stalled. Two readings of one file: avg10, the
+// share of the last 10 s, for a machine contended for long; and the
+// cumulative total, sampled by the shards' checks, for the last tens of
+// milliseconds, which avg10 averages away: on a shared VM an
+// idle-looking machine still makes a ready process wait over 4 ms for a
+// CPU a few times a minute, and a redis-server that waits so looks
+// frozen (docs/benchmarks.md). The file is read at most every
+// psiReadEvery. False where PSI is not available.
 type cpuPressure struct {
-	mu   sync.Mutex
-	at   time.Time
-	high bool
-	read func() (psi, bool)
+	mu     sync.Mutex
+	read   func() (psi, bool)
+	readAt time.Time // the last read, successful or not
+	high   bool      // avg10 at the last read was highCPUPressure or more
 
 	// The last samples of total, a ring: samples[next] is the oldest
 	// (or empty), the one before it the newest.
@@ -84,11 +95,19 @@ type psiSample struct {
 	total time.Duration
 }
 
+// psiReadEvery is the least time between two reads of the PSI file. At
+// every read the kernel folds each CPU's times into the file's total,
+// weighted by that CPU's non-idle time since the previous read in whole
+// jiffies (kernel/sched/psi.c, collect_percpu_times): read more often
+// than a jiffy (4 ms at HZ=250) and the weights round to zero, the
+// waiting since the last read is dropped, and the file — its avg10 too,
+// for every reader on the machine — shows almost none. Measured here, 3
+// busy loops on 2 CPUs: 1-2 % of the time waiting when read every
+// millisecond, 51 % when read every 20 ms (docs/benchmarks.md).
+const psiReadEvery = 20 * time.Millisecond
+
 // psiSamples is how many samples of total are kept: at the fastest (one
-// a millisecond) they reach back 16 ms, two thresholds of an idle node
-// (4 ms) and then some. A threshold stretched past 8 ms by slow round
-// trips comes with a loaded machine, which avg10 sees; there, waited
-// finds no sample old enough and says no.
+// every psiReadEvery) they reach back 320 ms.
 const psiSamples = 16
 
 // highCPUPressure is the avg10 share of time with tasks waiting for a CPU
@@ -98,37 +117,19 @@ const psiSamples = 16
 const highCPUPressure = 40.0
 
 // waitedShare is the share of the last moments with tasks waiting for a
-// CPU at which the machine counts as contended right now. Idle, this
-// machine shows half of a 4 ms window in under 1 % of windows; a
-// redis-server kept from running for milliseconds fills most of it.
-const waitedShare = 0.5
+// CPU at which the machine counts as contended right now. The file
+// averages the CPUs weighted by how busy each was, so one task kept
+// waiting on one of two busy CPUs reads as 50 %, on one of four as 25 %.
+const waitedShare = 0.25
 
 func (p *cpuPressure) contended(now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if now.Sub(p.at) >= 100*time.Millisecond {
-		p.readLocked(now)
-	}
+	p.sampleLocked(now)
 	return p.high
 }
 
-// readLocked reads the file once for both readings: avg10's verdict
-// (renewed) and, if the last sample is a millisecond old or more, a
-// sample of total.
-func (p *cpuPressure) readLocked(now time.Time) {
-	v, ok := p.read()
-	p.high, p.at = ok && v.avg10 >= highCPUPressure, now
-	if !ok {
-		return
-	}
-	if last := p.latest(); last.at.IsZero() || now.Sub(last.at) >= time.Millisecond {
-		p.samples[p.next] = psiSample{at: now, total: v.total}
-		p.next = (p.next + 1) % psiSamples
-	}
-}
-
-// sample reads the cumulative total, unless it was read less than a
-// millisecond ago.
+// sample reads the file, unless it was read less than psiReadEvery ago.
 func (p *cpuPressure) sample(now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -141,33 +142,51 @@ func (p *cpuPressure) latest() psiSample {
 }
 
 func (p *cpuPressure) sampleLocked(now time.Time) {
-	if last := p.latest(); !last.at.IsZero() && now.Sub(last.at) < time.Millisecond {
+	if !p.readAt.IsZero() && now.Sub(p.readAt) < psiReadEvery {
 		return
 	}
-	p.readLocked(now)
+	p.readAt = now
+	v, ok := p.read()
+	p.high = ok && v.avg10 >= highCPUPressure
+	if ok {
+		p.samples[p.next] = psiSample{at: now, total: v.total}
+		p.next = (p.next + 1) % psiSamples
+	}
 }
 
 // waited samples (as sample) and reports whether tasks waited for a CPU
-// at least waitedShare of the time since a sample between window/2 and
-// 2×window old (the newest such): the moments a silence of window
-// spans, measured over no less than half of it, so that one brief wait
-// in a short span does not count.
+// at least waitedShare of the time over the most recent span waitedShare
+// can measure.
 func (p *cpuPressure) waited(now time.Time, window time.Duration) bool {
+	share, _, ok := p.waitedShare(now, window)
+	return ok && share >= waitedShare
+}
+
+// waitedShare samples (as sample) and returns the share of time tasks
+// waited for a CPU between the newest sample and the newest one at least
+// max(window/2, psiReadEvery) before it, and that span; ok is false when
+// there is no such sample within 2×(window+psiReadEvery) of now (an idle
+// shard between two calls: a long span says nothing about the last
+// moments), or PSI is not available.
+func (p *cpuPressure) waitedShare(now time.Time, window time.Duration) (share float64, span time.Duration, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.sampleLocked(now)
 	last := p.latest()
+	minSpan, maxAge := max(window/2, psiReadEvery), 2*(window+psiReadEvery)
 	for i := 2; i <= psiSamples; i++ {
 		s := p.samples[(p.next+psiSamples-i)%psiSamples]
-		age := now.Sub(s.at)
-		if s.at.IsZero() || age > 2*window {
-			return false
-		}
-		if age < window/2 {
-			continue
+		if s.at.IsZero() || now.Sub(s.at) > maxAge {
+			return 0, 0, false
 		}
 		span := last.at.Sub(s.at)
-		return span > 0 && last.total >= s.total && float64(last.total-s.total) >= waitedShare*float64(span)
+		if span < minSpan {
+			continue
+		}
+		if last.total < s.total {
+			return 0, 0, false
+		}
+		return float64(last.total-s.total) / float64(span), span, true
 	}
-	return false
+	return 0, 0, false
 }

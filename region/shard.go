@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -362,9 +363,26 @@ func lateDeferral(late, th time.Duration) time.Duration {
 // starved reports whether silence of a shard for th may be this
 // machine's doing: goroutines of this process waited half of th for a
 // CPU lately, or the machine's CPUs are contended, for long (avg10) or
-// in these last milliseconds (a Redis beside this node waits too).
+// in the last tens of milliseconds (a Redis beside this node waits too).
 func (s *Store) starved(now time.Time, th time.Duration) bool {
 	return s.lag.recent(now, th/2, th) || s.cpu.contended(now) || s.cpu.waited(now, th)
+}
+
+// stallEvidence says what a stall was judged on besides the silence,
+// for the log: how old the oldest pipeline was, how much of the last
+// moments the machine's tasks waited for a CPU, and this process's
+// longest recent wait, so that a stall of a healthy Redis (a busy or
+// paused machine the judgement did not see) can be told apart later.
+func (s *Store) stallEvidence(now time.Time, th, age time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "oldest pipeline sent %v ago", age.Round(time.Microsecond))
+	if share, span, ok := s.cpu.waitedShare(now, th); ok {
+		fmt.Fprintf(&b, "; tasks waited for a CPU %.0f%% of the last %v", 100*share, span.Round(time.Microsecond))
+	}
+	if worst, ago := s.lag.latest(now); worst > 0 {
+		fmt.Fprintf(&b, "; a goroutine of this node waited %v for a CPU %v ago", worst, ago.Round(time.Millisecond))
+	}
+	return b.String()
 }
 
 // check judges the shard's calls in flight and in the queue: the watch
@@ -385,8 +403,8 @@ func (sh *shard) check() {
 		return
 	}
 	// Each check samples the machine's CPU waiting (before taking mu: a
-	// file read), so that a judgement has the last few milliseconds to
-	// look at.
+	// file read, at most every psiReadEvery), so that a judgement has the
+	// last tens of milliseconds to look at.
 	sh.s.cpu.sample(now)
 	var settle, refused, shed []*call
 	var settleErr error
@@ -426,14 +444,14 @@ func (sh *shard) check() {
 			// Goroutines of this process waited that long for a CPU
 			// lately (the pipeline may have reached the socket late, or
 			// its reply been read late), or the machine's CPUs are
-			// contended, for long or in these last milliseconds (a Redis
-			// beside this node waits for a CPU too): silence is judged a
-			// stall only after twice the threshold.
+			// contended, for long or in the last tens of milliseconds (a
+			// Redis beside this node waits for a CPU too): silence is
+			// judged a stall only after twice the threshold.
 			sh.armAt(now, minTime(old.sent.Add(contendedFactor*th), now.Add(max(th/4, time.Millisecond))))
 			sh.mu.Unlock()
 			return
 		default:
-			settleErr = fmt.Errorf("%w: %s: nothing received for %v with %d pipelines outstanding", ErrStalled, sh.addr, th, len(sh.inflight))
+			settleErr = fmt.Errorf("%w: %s: nothing received for %v with %d pipelines outstanding (%s)", ErrStalled, sh.addr, th, len(sh.inflight), sh.s.stallEvidence(now, th, age))
 			for _, p := range sh.inflight {
 				p.abandoned = true
 				settle = append(settle, p.calls...)

@@ -34,15 +34,9 @@ func TestSilenceWhileTheMachineWaitsForCPUIsNotAStall(t *testing.T) {
 	_, err = s.Take(context.Background(), g)
 	require.NoError(t, err)
 
-	in.Pause()
-	resumed := make(chan struct{})
-	go func() { // owned: ends after resuming the server
-		defer close(resumed)
-		time.Sleep(th + th/4) // the fault: silent past the threshold, short of twice it
-		in.Continue()
-	}()
+	resumed := pauseFor(in, th+th/4) // the fault: silent past the threshold, short of twice it
 	_, err = s.Take(context.Background(), g)
-	<-resumed
+	resumed()
 	require.NoError(t, err, "a shard silent while the machine waits for a CPU was judged stalled")
 	assert.Equal(t, int64(0), s.Stats().Stalls)
 	assert.Equal(t, BreakerClosed, s.Shards()[0].State)
@@ -65,4 +59,17 @@ func TestPSIFileReads(t *testing.T) {
 	_, ok = f.read()
 	assert.False(t, ok, "read after close")
 	assert.Nil(t, f.f, "not reopened")
+}
+
+// pauseFor freezes in now and resumes it after d, from a goroutine that
+// the returned function waits for.
+func pauseFor(in *redistest.Instance, d time.Duration) (wait func()) {
+	in.Pause()
+	resumed := make(chan struct{})
+	go func() { // owned: ends after resuming the server; wait joins it
+		defer close(resumed)
+		time.Sleep(d)
+		in.Continue()
+	}()
+	return func() { <-resumed }
 }

@@ -50,8 +50,9 @@ func startResilient(t *testing.T) *resilientNode {
 		Resilience: node.Resilience{
 			RedisTimeout: region.DefaultTimeout,
 			// Under CPU pressure (a loaded CI machine) silence is judged a
-			// stall only after the stall cap: keep it below the 50 ms
-			// slowdown injected here.
+			// stall only after up to twice the threshold plus a deferral
+			// of up to one more, the threshold at most the stall cap: keep
+			// 3 x the cap below the 100 ms slowdown injected here.
 			RedisStallMax: 30 * time.Millisecond,
 			Breaker:       region.BreakerOptions{Window: 2 * time.Second, Bucket: 100 * time.Millisecond, MinRequests: 5, OpenFor: 300 * time.Millisecond},
 			GossipFloor:   4,
@@ -120,7 +121,7 @@ func TestNodeThroughRedisFaults(t *testing.T) {
 		start, stop func()
 	}{
 		{"black hole", func() { rn.proxy.BlackHole(true) }, rn.proxy.Heal},
-		{"50ms slowdown", func() { rn.proxy.SetLatency(50 * time.Millisecond) }, rn.proxy.Heal},
+		{"100ms slowdown", func() { rn.proxy.SetLatency(100 * time.Millisecond) }, rn.proxy.Heal},
 		{"cut", rn.proxy.Cut, rn.proxy.Heal},
 	}
 	for _, f := range faults {
