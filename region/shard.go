@@ -80,6 +80,7 @@ type shard struct {
 	probeT   *time.Timer
 	rtt      rttTail // slowest recent round trips, halving every 4 s
 	lastUse  time.Time
+	firstUse time.Time // the first call queued (zero before): see freshFor
 }
 
 // threshold is how long the shard may hold calls without sending anything
@@ -89,9 +90,25 @@ type shard struct {
 // node (or the machine) is busy has shown slow round trips already, and
 // gets more time; an idle healthy shard answers in well under
 // Options.Timeout, and one hiccup of this process does not stretch it.
+// The floor is doubled for a fresh shard (freshFor).
 func (sh *shard) threshold(now time.Time) time.Duration {
-	return min(max(stallFactor*sh.recentHigh(now), sh.s.opts.Timeout), max(sh.s.opts.StallMax, sh.s.opts.Timeout))
+	floor, ceiling := sh.s.opts.Timeout, max(sh.s.opts.StallMax, sh.s.opts.Timeout)
+	if !sh.firstUse.IsZero() && now.Sub(sh.firstUse) < freshFor {
+		floor = min(contendedFactor*floor, ceiling)
+	}
+	return min(max(stallFactor*sh.recentHigh(now), floor), ceiling)
 }
+
+// freshFor is how long after its first call a shard's threshold is at
+// least twice Options.Timeout. A node's first moments are its least
+// predictable (lazy initialisation, the first collections of a small
+// heap, every client arriving at once) and the judgement has least to go
+// on: no round trips in the tail, no span of the PSI file yet
+// (psiReadEvery). Measured in the sweep: fresh nodes whose shard was
+// silent for 4 ms within 15 ms of the load starting, on a healthy Redis
+// (docs/benchmarks.md). A Redis frozen at a node's start costs twice the
+// floor instead of once; after that, as before.
+const freshFor = 500 * time.Millisecond
 
 // stallFactor and rttHalfLife shape the stall threshold: a multiple of
 // the slow round trips of the last several seconds. On busy shared
@@ -116,6 +133,9 @@ func (sh *shard) submit(ctx context.Context, calls []*call) {
 	now := time.Now()
 	sh.mu.Lock()
 	sh.lastUse = now
+	if sh.firstUse.IsZero() {
+		sh.firstUse = now
+	}
 	var err error
 	switch {
 	case sh.s.closed.Load():

@@ -33,6 +33,7 @@ func TestSilenceWhileTheMachineWaitsForCPUIsNotAStall(t *testing.T) {
 	g := []algorithm.Group{{{Key: "rl:{cpu}:x", Spec: algorithm.Spec{Algorithm: algorithm.TokenBucket, Limit: 100, Period: time.Hour}, Cost: 1}}}
 	_, err = s.Take(context.Background(), g)
 	require.NoError(t, err)
+	notFresh(s) // only the CPU waiting may stretch the threshold
 
 	resumed := pauseFor(in, th+th/4) // the fault: silent past the threshold, short of twice it
 	_, err = s.Take(context.Background(), g)
@@ -61,6 +62,39 @@ func TestPSIFileReads(t *testing.T) {
 	assert.Nil(t, f.f, "not reopened")
 }
 
+// For freshFor after its first call a shard's stall threshold is at
+// least twice Options.Timeout (within StallMax); then it is the floor
+// again.
+func TestFreshShardThreshold(t *testing.T) {
+	sh := &shard{s: &Store{opts: Options{Timeout: 4 * time.Millisecond, StallMax: 200 * time.Millisecond, Pipelines: 2}}}
+	assert.Equal(t, 4*time.Millisecond, sh.threshold(t0), "never used")
+	sh.firstUse = t0
+	assert.Equal(t, 8*time.Millisecond, sh.threshold(t0.Add(time.Millisecond)), "fresh")
+	assert.Equal(t, 4*time.Millisecond, sh.threshold(t0.Add(freshFor)), "no longer fresh")
+	sh.s.opts.StallMax = 6 * time.Millisecond
+	assert.Equal(t, 6*time.Millisecond, sh.threshold(t0.Add(time.Millisecond)), "capped by StallMax")
+}
+
+// A store's first call, on a shard silent for a little longer than the
+// floor (a node's start on a busy machine), is answered, not failed as a
+// stall. Before freshFor it was judged at the floor.
+func TestFreshShardSilenceIsNotAStall(t *testing.T) {
+	redistest.Require(t)
+	in := redistest.Server(t)
+	const th = 20 * time.Millisecond
+	s, err := Open(context.Background(), []string{in.Addr}, Options{Timeout: th, StallMax: 10 * th})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	s.cpu.read = func() (psi, bool) { return psi{}, true } // no CPU waiting: only freshness may stretch
+
+	g := []algorithm.Group{{{Key: "rl:{fresh}:x", Spec: algorithm.Spec{Algorithm: algorithm.TokenBucket, Limit: 100, Period: time.Hour}, Cost: 1}}}
+	resumed := pauseFor(in, th+th/4) // the fault: silent past the floor, short of twice it
+	_, err = s.Take(context.Background(), g)
+	resumed()
+	require.NoError(t, err, "a fresh shard's first call was judged stalled at the floor")
+	assert.Equal(t, int64(0), s.Stats().Stalls)
+}
+
 // pauseFor freezes in now and resumes it after d, from a goroutine that
 // the returned function waits for.
 func pauseFor(in *redistest.Instance, d time.Duration) (wait func()) {
@@ -72,4 +106,15 @@ func pauseFor(in *redistest.Instance, d time.Duration) (wait func()) {
 		in.Continue()
 	}()
 	return func() { <-resumed }
+}
+
+// notFresh ends the fresh period (freshFor) of every shard of s.
+func notFresh(s *Store) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		sh.firstUse = time.Now().Add(-freshFor)
+		sh.mu.Unlock()
+	}
 }
