@@ -65,10 +65,10 @@ func parseProcStat(s string) (cpuTimes, error) {
 }
 
 // share is the idle and stolen fractions of the machine's CPU time
-// between a and b (zero when no time passed).
+// between a and b (zero when no time passed, or either is unknown).
 func (a cpuTimes) share(b cpuTimes) (idle, steal float64) {
 	d := b.total - a.total
-	if d <= 0 {
+	if a.total == 0 || d <= 0 {
 		return 0, 0
 	}
 	return float64(b.idle-a.idle) / float64(d), float64(b.steal-a.steal) / float64(d)

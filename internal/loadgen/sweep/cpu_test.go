@@ -44,6 +44,9 @@ func TestParseProcStat(t *testing.T) {
 	if idle, steal := b.share(a); idle != 0 || steal != 0 {
 		t.Errorf("share backwards = %v, %v; want 0, 0", idle, steal)
 	}
+	if idle, steal := (cpuTimes{}).share(b); idle != 0 || steal != 0 {
+		t.Errorf("share from an unread start = %v, %v; want 0, 0 (not since boot)", idle, steal)
+	}
 	for _, bad := range []string{"", "intr 1 2 3", "cpu 1 2 3", "cpu 1 2 3 x 5 6 7 8"} {
 		if _, err := parseProcStat(bad); err == nil {
 			t.Errorf("parseProcStat(%q) accepted", bad)
