@@ -94,7 +94,7 @@ type shard struct {
 func (sh *shard) threshold(now time.Time) time.Duration {
 	floor, ceiling := sh.s.opts.Timeout, max(sh.s.opts.StallMax, sh.s.opts.Timeout)
 	if !sh.firstUse.IsZero() && now.Sub(sh.firstUse) < freshFor {
-		floor = min(contendedFactor*floor, ceiling)
+		floor = min(freshFactor*floor, ceiling)
 	}
 	return min(max(stallFactor*sh.recentHigh(now), floor), ceiling)
 }
@@ -109,6 +109,11 @@ func (sh *shard) threshold(now time.Time) time.Duration {
 // (docs/benchmarks.md). A Redis frozen at a node's start costs twice the
 // floor instead of once; after that, as before.
 const freshFor = 500 * time.Millisecond
+
+// freshFactor is how many times Options.Timeout a fresh shard's floor is:
+// its own constant, not contendedFactor, which stretches a judgement of a
+// starved machine and may change for other reasons.
+const freshFactor = 2
 
 // stallFactor and rttHalfLife shape the stall threshold: a multiple of
 // the slow round trips of the last several seconds. On busy shared
