@@ -8,6 +8,7 @@ package lua
 
 import (
 	_ "embed"
+	"fmt"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -39,11 +40,56 @@ var (
 // A *redis.Script only caches its source and SHA1, so sharing it is safe.
 var Check = redis.NewScript(commonSrc + paramsSrc + checkSrc)
 
-// CheckTB is check_tb.lua: Check for a group whose keys are all token
-// buckets, with Check's KEYS, ARGV and reply and the same maths and
-// stored state, at about half its Redis CPU per call (docs/benchmarks.md,
-// "Redis script per algorithm"). It refuses any other algorithm code.
+// CheckTB is check_tb.lua: Check for groups whose keys are all token
+// buckets, many groups per call, with the same maths and stored state
+// and each group taken all-or-nothing as Check takes it, at about half
+// Check's Redis CPU per group (docs/benchmarks.md, "Redis script per
+// algorithm"). It refuses any other algorithm code. Its KEYS and ARGV
+// are laid out by CheckTBArgs, and its reply is split by CheckTBReplies:
+// one Check reply, or one error, per group.
 var CheckTB = redis.NewScript(checkTBSrc)
+
+// CheckTBArgs lays out n groups for CheckTB: group(i) is the i-th group
+// as Check takes it (its keys, and ArgsPerKey values per key). The keys
+// are the groups' keys in order; ARGV is the number of groups, each
+// group's number of keys, then the groups' values in order.
+func CheckTBArgs(n int, group func(i int) ([]string, []any)) ([]string, []any) {
+	nk, na := 0, 0
+	for i := range n {
+		k, a := group(i)
+		nk += len(k)
+		na += len(a)
+	}
+	ks := make([]string, 0, nk)
+	as := make([]any, 1+n, 1+n+na)
+	as[0] = n
+	for i := range n {
+		k, a := group(i)
+		as[1+i] = len(k)
+		ks = append(ks, k...)
+		as = append(as, a...)
+	}
+	return ks, as
+}
+
+// CheckTBGroups is CheckTBArgs of groups given as slices.
+func CheckTBGroups(keys [][]string, args [][]any) ([]string, []any) {
+	return CheckTBArgs(len(keys), func(i int) ([]string, []any) { return keys[i], args[i] })
+}
+
+// CheckTBReplies splits a CheckTB reply for g groups: one element per
+// group, each Check's reply ([]any of int64) or the group's own error (a
+// redis.Error), or an error if the reply is not g elements.
+func CheckTBReplies(val any, g int) ([]any, error) {
+	vals, ok := val.([]any)
+	if !ok {
+		return nil, fmt.Errorf("check_tb.lua returned %T, not an array", val)
+	}
+	if len(vals) != g {
+		return nil, fmt.Errorf("check_tb.lua returned %d replies for %d groups", len(vals), g)
+	}
+	return vals, nil
+}
 
 // Refund is refund.lua: it credits back what a successful Check took, with
 // the same KEYS and ARGV. It returns the number of buckets credited.

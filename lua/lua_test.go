@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,15 +30,50 @@ func TestScriptsRejectBadArguments(t *testing.T) {
 		"zero period":       {"tb", 10, 0, 0, 1},
 		"negative cost":     {"tb", 10, 1000, 0, -1},
 	} {
-		for _, s := range []*redis.Script{lua.Check, lua.CheckTB, lua.Refund} {
+		for _, s := range []*redis.Script{lua.Check, lua.Refund} {
 			err := s.Run(ctx, c, keys, args...).Err()
 			require.Error(t, err, name)
 			assert.Contains(t, err.Error(), "allot:", name)
 		}
+		// check_tb.lua fails the group alone, or the whole call when
+		// the group's ARGV do not match its keys.
+		k, a := lua.CheckTBGroups([][]string{keys}, [][]any{args})
+		v, err := lua.CheckTB.Run(ctx, c, k, a...).Result()
+		if err == nil {
+			vals, verr := lua.CheckTBReplies(v, 1)
+			require.NoError(t, verr, name)
+			err, _ = vals[0].(error)
+		}
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), "allot:", name)
 	}
 	n, err := c.Exists(ctx, keys...).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "a rejected call writes nothing")
+}
+
+// checkTB runs lua.CheckTB on groups and returns each group's reply
+// ([]int64) or error.
+func checkTB(t *testing.T, c *redis.Client, keys [][]string, args [][]any) []any {
+	t.Helper()
+	k, a := lua.CheckTBGroups(keys, args)
+	v, err := lua.CheckTB.Run(context.Background(), c, k, a...).Result()
+	require.NoError(t, err)
+	vals, err := lua.CheckTBReplies(v, len(keys))
+	require.NoError(t, err)
+	out := make([]any, len(vals))
+	for i, v := range vals {
+		if e, ok := v.(error); ok {
+			out[i] = e
+			continue
+		}
+		cmd := redis.NewCmd(context.Background())
+		cmd.SetVal(v)
+		ints, err := cmd.Int64Slice()
+		require.NoError(t, err)
+		out[i] = ints
+	}
+	return out
 }
 
 func TestCheckReply(t *testing.T) {
@@ -63,18 +99,24 @@ func TestSourceOfEveryScript(t *testing.T) {
 	}
 }
 
+// frozenClock is a client of a fresh server and a ts an hour past its
+// clock: buckets stamped with it refill nothing between two calls.
+func frozenClock(t *testing.T) (*redis.Client, string) {
+	c := redis.NewClient(&redis.Options{Addr: redistest.Server(t).Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	tm, err := c.Time(context.Background()).Result()
+	require.NoError(t, err)
+	return c, fmt.Sprint(tm.Add(time.Hour).UnixMicro())
+}
+
 // check_tb.lua is check.lua's token bucket, inlined: from the same stored
 // states (a plain bucket, a coordinator's share, a key of another type, a
 // missing key), with ts in the future so that the microseconds between
 // two calls cannot matter, both give the same replies and leave the same
 // hashes and TTLs, call after call, taken or denied.
 func TestCheckTBIsCheck(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: redistest.Server(t).Addr})
-	defer c.Close()
+	c, future := frozenClock(t)
 	ctx := context.Background()
-	tm, err := c.Time(ctx).Result()
-	require.NoError(t, err)
-	future := fmt.Sprint(tm.Add(time.Hour).UnixMicro())
 	setup := func(tag string) []string {
 		keys := []string{"rl:{" + tag + "}:plain", "rl:{" + tag + "}:share", "rl:{" + tag + "}:stale", "rl:{" + tag + "}:missing"}
 		require.NoError(t, c.Del(ctx, keys...).Err())
@@ -92,8 +134,7 @@ func TestCheckTBIsCheck(t *testing.T) {
 		}
 		want, err := lua.Check.Run(ctx, c, a, args...).Int64Slice()
 		require.NoError(t, err)
-		got, err := lua.CheckTB.Run(ctx, c, b, args...).Int64Slice()
-		require.NoError(t, err)
+		got := checkTB(t, c, [][]string{b}, [][]any{args})[0]
 		msg := fmt.Sprintf("step %d costs %v", step, costs)
 		require.Equal(t, want, got, msg)
 		for i := range a {
@@ -120,5 +161,101 @@ func TestCheckTBIsCheck(t *testing.T) {
 				require.NoError(t, c.HSet(ctx, k, "ts", future).Err())
 			}
 		}
+	}
+}
+
+// Many groups in one check_tb.lua call are those groups as calls, one
+// after another: from the same stored states (ts in the future, so that
+// the instants of the calls cannot matter), one call of six groups and six
+// calls of one group give the same replies and leave the same hashes. Two
+// groups on one key see each other's takes; a denied group writes
+// nothing; a group whose TTL is out of range fails alone, writing
+// nothing, and the groups after it still run.
+func TestCheckTBGroupsAreCalls(t *testing.T) {
+	c, future := frozenClock(t)
+	ctx := context.Background()
+	const year366 = 8784 * 3600 * 1000 // ms: a TTL beyond the scripts' bound
+	type group struct {
+		keys []string // suffixes
+		args []any
+	}
+	groups := []group{
+		{[]string{"a", "b"}, []any{"tb", 10, 1000, 0, 4, "tb", 5, 1000, 0, 1}},
+		{[]string{"c"}, []any{"tb", 3, 1000, 0, 2}},
+		{[]string{"a", "b"}, []any{"tb", 10, 1000, 0, 4, "tb", 5, 1000, 0, 1}}, // denied: a has 1 token left
+		{[]string{"c"}, []any{"tb", 3, 1000, 0, 2}},                            // denied: c has 1 token left
+		{[]string{"d", "c"}, []any{"tb", 10, 1000, 0, 1, "tb", 1, year366, 3162316, 1}},
+		{[]string{"a"}, []any{"tb", 10, 1000, 0, 1}},
+	}
+	setup := func(prefix string) {
+		for _, k := range []string{"a", "b", "c", "d"} {
+			require.NoError(t, c.Del(ctx, prefix+k).Err())
+			require.NoError(t, c.HSet(ctx, prefix+k, "tokens", "5", "ts", future).Err())
+			require.NoError(t, c.PExpire(ctx, prefix+k, time.Hour).Err())
+		}
+	}
+	keysOf := func(prefix string, g group) []string {
+		var ks []string
+		for _, k := range g.keys {
+			ks = append(ks, prefix+k)
+		}
+		return ks
+	}
+	setup("rl:{one}:")
+	setup("rl:{many}:")
+	var keys [][]string
+	var args [][]any
+	for _, g := range groups {
+		keys, args = append(keys, keysOf("rl:{one}:", g)), append(args, g.args)
+	}
+	one := checkTB(t, c, keys, args)
+	for i, g := range groups {
+		got := checkTB(t, c, [][]string{keysOf("rl:{many}:", g)}, [][]any{g.args})[0]
+		if e, ok := got.(error); ok {
+			require.IsType(t, e, one[i], "group %d", i)
+			assert.Contains(t, e.Error(), "TTL", "group %d", i)
+			assert.Equal(t, e.Error(), strings.ReplaceAll(one[i].(error).Error(), "{one}", "{many}"), "group %d", i)
+			continue
+		}
+		assert.Equal(t, got, one[i], "group %d", i)
+	}
+	assert.Equal(t, []int64{1, 1, 0, 900000, 4, 0, 200000}, one[0], "a and b taken")
+	assert.Equal(t, []int64{0, 1, 300000, 900000, 4, 0, 200000}, one[2], "a and b again: the first group left a 1 token")
+	assert.Equal(t, []int64{0, 1, 333334, 666667}, one[3], "c denied: the second group left it 1 token")
+	for _, k := range []string{"a", "b", "c", "d"} {
+		a, err := c.HGetAll(ctx, "rl:{one}:"+k).Result()
+		require.NoError(t, err)
+		b, err := c.HGetAll(ctx, "rl:{many}:"+k).Result()
+		require.NoError(t, err)
+		assert.Equal(t, b, a, k)
+	}
+	d, err := c.HGet(ctx, "rl:{one}:d", "tokens").Result()
+	require.NoError(t, err)
+	assert.Equal(t, "5", d, "the failed group wrote nothing")
+	a, err := c.HGet(ctx, "rl:{one}:a", "tokens").Result()
+	require.NoError(t, err)
+	assert.Equal(t, "0", a, "the group after the failed one ran")
+
+	// A call whose layout is wrong fails as a whole, writing nothing.
+	for name, argv := range map[string][]any{
+		"no group count":       {"tb", 10, 1000, 0, 1},
+		"zero groups":          {0},
+		"a group of no keys":   {1, 0, "tb", 10, 1000, 0, 1},
+		"more keys than said":  {1, 1, "tb", 10, 1000, 0, 1, "tb", 10, 1000, 0, 1},
+		"missing ARGV":         {2, 1, 1, "tb", 10, 1000, 0, 1},
+		"fractional key count": {1, 1.5, "tb", 10, 1000, 0, 1},
+	} {
+		keys := []string{"rl:{bad}:x", "rl:{bad}:y"}
+		if name == "missing ARGV" || name == "fractional key count" {
+			keys = keys[:2]
+		} else {
+			keys = keys[:1]
+		}
+		err := lua.CheckTB.Run(ctx, c, keys, argv...).Err()
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), "allot:", name)
+		n, err := c.Exists(ctx, keys...).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, name)
 	}
 }

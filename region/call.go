@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/allot-dev/allot/lua"
 )
 
 // call is one script call of a request, queued for a shard.
@@ -167,4 +169,81 @@ func scriptCall(ctx context.Context, p redis.Pipeliner, name string, payload any
 	}
 	_ = p.Process(ctx, noRetry{c})
 	return c
+}
+
+// wireCall is one script command of a pipeline: the calls at idx, all
+// of script. A lone call is sent as itself; the token-bucket checks of a
+// pipeline (lua.CheckTB, which takes many groups) share one command, so
+// that Redis parses, looks up and enters one script for all of them.
+type wireCall struct {
+	script *redis.Script
+	idx    []int
+	one    [1]int // storage of idx for a lone call
+}
+
+// wireCalls groups a pipeline's calls into commands. On a Redis Cluster
+// every call stays alone: a script's keys must share one slot there, and
+// the calls of one shard need not.
+func (s *Store) wireCalls(calls []*call) []wireCall {
+	wire := make([]wireCall, 0, len(calls))
+	tb := -1 // the index in wire of the shared check_tb.lua command
+	for i, c := range calls {
+		if c.script == lua.CheckTB && !s.cluster {
+			if tb < 0 {
+				tb = len(wire)
+				wire = append(wire, wireCall{script: c.script, idx: make([]int, 0, len(calls)-i)})
+			}
+			wire[tb].idx = append(wire[tb].idx, i)
+			continue
+		}
+		wire = append(wire, wireCall{script: c.script})
+		w := &wire[len(wire)-1]
+		w.one[0] = i
+		w.idx = w.one[:]
+	}
+	return wire
+}
+
+// queue queues w's command (name EVALSHA or EVAL, payload the hash or the
+// source) on p.
+func (w *wireCall) queue(ctx context.Context, p redis.Pipeliner, calls []*call, name string, payload any) *redis.Cmd {
+	if w.script != lua.CheckTB {
+		c := calls[w.idx[0]]
+		return scriptCall(ctx, p, name, payload, c.keys, c.args)
+	}
+	k, a := lua.CheckTBArgs(len(w.idx), func(j int) ([]string, []any) {
+		c := calls[w.idx[j]]
+		return c.keys, c.args
+	})
+	return scriptCall(ctx, p, name, payload, k, a)
+}
+
+// settle gives each call of w its own command in cmds: the command sent,
+// for a lone call; for shared check_tb.lua, a command per group holding
+// its group's reply or error, or the shared command's error (a failed
+// connection, or a script error that failed them all).
+func (w *wireCall) settle(ctx context.Context, sent *redis.Cmd, cmds []*redis.Cmd) {
+	if w.script != lua.CheckTB {
+		cmds[w.idx[0]] = sent
+		return
+	}
+	err := sent.Err()
+	var vals []any
+	if err == nil {
+		vals, err = lua.CheckTBReplies(sent.Val(), len(w.idx))
+	}
+	for j, i := range w.idx {
+		c := redis.NewCmd(ctx)
+		switch {
+		case err != nil:
+			c.SetErr(err)
+		default:
+			if e, ok := vals[j].(error); ok {
+				c.SetErr(e)
+			} else {
+				c.SetVal(vals[j])
+			}
+		}
+		cmds[i] = c
+	}
 }

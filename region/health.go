@@ -170,7 +170,7 @@ func (s *Store) Degraded() bool {
 // StoreStats are counts since the store opened.
 type StoreStats struct {
 	Pipelines int64 // round trips sent
-	Calls     int64 // script calls sent in them
+	Calls     int64 // store calls sent in them, one per group (a round trip's token-bucket checks share one EVALSHA)
 	Stalls    int64 // times a shard was judged stalled
 	Shed      int64 // calls shed (queue full, or not sent within MaxWait)
 }

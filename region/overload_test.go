@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -81,7 +82,8 @@ func TestBusyNodeIsNotAStoreFailure(t *testing.T) {
 // one. 64 concurrent takes on one key over a link with 10 ms latency and
 // one pipeline in flight at a time need a handful of round trips, and
 // each caller gets its own answer: the 64 remainders are 99 down to 36,
-// each once.
+// each once. The checks of each round trip share one EVALSHA of
+// check_tb.lua, so Redis runs as many scripts as there were round trips.
 func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 	redistest.Require(t)
 	in := redistest.Server(t)
@@ -91,6 +93,9 @@ func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close() })
 	takeOK(t, s, "rl:{warm}:x")
 	p.SetLatency(10 * time.Millisecond)
+	direct := redis.NewClient(&redis.Options{Addr: in.Addr})
+	t.Cleanup(func() { _ = direct.Close() })
+	require.NoError(t, direct.ConfigResetStat(context.Background()).Err())
 	before := s.Stats()
 	const n = 64
 	var wg sync.WaitGroup
@@ -120,6 +125,7 @@ func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 	calls, trips := after.Calls-before.Calls, after.Pipelines-before.Pipelines
 	assert.Equal(t, int64(n), calls)
 	assert.LessOrEqual(t, trips, int64(n/4), "%d calls in %d round trips", calls, trips)
+	assert.Equal(t, trips, redistest.Calls(t, direct, "evalsha"), "one script per round trip")
 	t.Logf("%d calls in %d round trips", calls, trips)
 }
 

@@ -507,3 +507,36 @@ func TestCluster(t *testing.T) {
 		})
 	}
 }
+
+// A request's token-bucket groups bound for one server go out as one
+// shared check_tb.lua call; after SCRIPT FLUSH that call is sent again
+// as one EVAL, and each group still gets its own answer: the denied group
+// is denied (and written nothing), the others are taken once.
+func TestSharedCheckAfterScriptFlush(t *testing.T) {
+	s := single(t)
+	ctx := context.Background()
+	var groups []algorithm.Group
+	for i := range 5 {
+		groups = append(groups, algorithm.Group{{Key: fmt.Sprintf("rl:{shared%d}:a", i), Spec: tb(1, time.Hour, 3), Cost: 1}})
+	}
+	groups[2][0].Cost = 4 // more than the bucket holds: denied
+	require.NoError(t, s.Client().ScriptFlush(ctx).Err())
+	require.NoError(t, s.Client().ConfigResetStat(ctx).Err())
+	res, err := s.Take(ctx, groups)
+	require.NoError(t, err)
+	require.Len(t, res, len(groups))
+	for i, r := range res {
+		if i == 2 {
+			assert.False(t, r.Allowed, "group %d", i)
+			assert.EqualValues(t, 3, r.Items[0].Remaining, "group %d", i)
+			n, err := s.Client().Exists(ctx, groups[i][0].Key).Result()
+			require.NoError(t, err)
+			assert.Zero(t, n, "the denied group wrote nothing")
+			continue
+		}
+		assert.True(t, r.Allowed, "group %d", i)
+		assert.EqualValues(t, 2, r.Items[0].Remaining, "group %d", i)
+	}
+	assert.EqualValues(t, 1, redistest.Calls(t, s.Client(), "evalsha"), "one shared EVALSHA (NOSCRIPT)")
+	assert.EqualValues(t, 1, redistest.Calls(t, s.Client(), "eval"), "one shared EVAL")
+}

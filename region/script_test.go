@@ -98,7 +98,20 @@ func TestScriptsFailBeforeWriting(t *testing.T) {
 			require.NoError(t, c.HSet(ctx, tag+":ok", "tokens", "1", "ts", fmt.Sprint(now), "fw_win", "0", "fw_n", "1").Err())
 			keys := []string{tag + ":ok", tag + ":" + which}
 			before := []snapshot{snap(t, c, keys[0]), snap(t, c, keys[1])}
-			err := tc.script.Run(ctx, c, keys, append(append([]any{}, tc.ok...), tc.args(which)...)...).Err()
+			args := append(append([]any{}, tc.ok...), tc.args(which)...)
+			var err error
+			if tc.script == lua.CheckTB {
+				// One group of the two keys: the group's own error.
+				k, a := lua.CheckTBGroups([][]string{keys}, [][]any{args})
+				var v any
+				v, err = tc.script.Run(ctx, c, k, a...).Result()
+				require.NoError(t, err, msg)
+				vals, verr := lua.CheckTBReplies(v, 1)
+				require.NoError(t, verr, msg)
+				err, _ = vals[0].(error)
+			} else {
+				err = tc.script.Run(ctx, c, keys, args...).Err()
+			}
 			require.Error(t, err, msg)
 			assert.Contains(t, err.Error(), "allot:", msg)
 			assert.Contains(t, err.Error(), tc.want, msg)

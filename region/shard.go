@@ -213,26 +213,28 @@ func (sh *shard) worker(p *pipe) {
 	}
 }
 
-// send runs one pipeline: EVALSHA per call, EVAL again for those that
-// found the script cache empty (NOSCRIPT: the script did not run). Its
-// socket deadline is Options.MaxWait: the calls' waiters are released
+// send runs one pipeline: one EVALSHA per wire command (wireCalls: the
+// token-bucket checks of the pipeline share one), EVAL again for those
+// that found the script cache empty (NOSCRIPT: the script did not run).
+// Its socket deadline is Options.MaxWait: the calls' waiters are released
 // earlier by a stall judgement, so a slow reply never closes a healthy
 // connection.
 func (sh *shard) send(p *pipe) {
 	s := sh.s
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.MaxWait)
 	defer cancel()
-	cmds := make([]*redis.Cmd, len(p.calls))
+	wire := s.wireCalls(p.calls)
+	sent := make([]*redis.Cmd, len(wire))
 	pl := s.client.Pipeline()
-	for i, c := range p.calls {
-		cmds[i] = scriptCall(ctx, pl, "evalsha", s.hashArg(c.script), c.keys, c.args)
+	for i, w := range wire {
+		sent[i] = w.queue(ctx, pl, p.calls, "evalsha", s.hashArg(w.script))
 	}
 	sh.mu.Lock()
 	p.sent = time.Now()
 	sh.mu.Unlock()
 	_, _ = pl.Exec(ctx)
 	var again []int
-	for i, c := range cmds {
+	for i, c := range sent {
 		// The nil check first: HasErrorPrefix allocates even for nil.
 		if err := c.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			again = append(again, i)
@@ -241,10 +243,13 @@ func (sh *shard) send(p *pipe) {
 	if len(again) > 0 {
 		pl := s.client.Pipeline()
 		for _, i := range again {
-			c := p.calls[i]
-			cmds[i] = scriptCall(ctx, pl, "eval", lua.Source(c.script), c.keys, c.args)
+			sent[i] = wire[i].queue(ctx, pl, p.calls, "eval", lua.Source(wire[i].script))
 		}
 		_, _ = pl.Exec(ctx)
+	}
+	cmds := make([]*redis.Cmd, len(p.calls))
+	for i, w := range wire {
+		w.settle(ctx, sent[i], cmds)
 	}
 	now := time.Now()
 	var failure error

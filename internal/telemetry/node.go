@@ -194,13 +194,13 @@ func (t *Telemetry) ObserveBreakers(shards func() []region.ShardHealth) (func() 
 
 // ObserveStore exposes the region store's counters at every scrape:
 // allot_store_round_trips_total (pipelines sent), allot_store_calls_total
-// (script calls in them: calls per round trip is the coalescing),
+// (store calls in them, one per group: calls per round trip is the coalescing),
 // allot_store_stalls_total (shards judged stalled) and
 // allot_store_shed_total (calls shed because this node was overloaded).
 func (t *Telemetry) ObserveStore(stats func() region.StoreStats) (func() error, error) {
 	m := t.meter
 	trips, e1 := m.Int64ObservableCounter("allot_store_round_trips", metric.WithDescription("Pipelines sent to the region Redis (calls to one shard coalesced)."))
-	calls, e2 := m.Int64ObservableCounter("allot_store_calls", metric.WithDescription("Script calls sent to the region Redis."))
+	calls, e2 := m.Int64ObservableCounter("allot_store_calls", metric.WithDescription("Store calls (one group's check, refund, lease or return) sent to the region Redis; the token-bucket checks of one round trip share one EVALSHA."))
 	stalls, e3 := m.Int64ObservableCounter("allot_store_stalls", metric.WithDescription("Times a region Redis shard was judged stalled (calls held, nothing received)."))
 	shed, e4 := m.Int64ObservableCounter("allot_store_shed", metric.WithDescription("Store calls shed because this node was overloaded (the shard was healthy)."))
 	if err := errors.Join(e1, e2, e3, e4); err != nil {
