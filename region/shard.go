@@ -398,6 +398,23 @@ func (s *Store) starved(now time.Time, th time.Duration) bool {
 	return s.lag.recent(now, th/2, th) || s.cpu.contended(now) || s.cpu.waited(now, th)
 }
 
+// blind reports whether a judgement of this shard has nothing to go on
+// about this machine's CPU: the shard is fresh (freshFor) and the store
+// has no span of the PSI file over the last moments yet (psiReadEvery;
+// or no PSI at all). Its silence is then judged as a contended machine's,
+// after twice the threshold. Measured: a fresh node given 256 workers at
+// once, its shard silent for 9.8 ms 17 ms into the load on a healthy
+// Redis (its goroutines had waited 3.1 ms for a CPU), judged stalled at
+// the fresh floor of 8 ms (docs/benchmarks.md). A Redis frozen at a
+// node's start is caught after 16 ms instead of 8. Called with mu held.
+func (sh *shard) blind(now time.Time, th time.Duration) bool {
+	if sh.firstUse.IsZero() || now.Sub(sh.firstUse) >= freshFor {
+		return false
+	}
+	_, _, ok := sh.s.cpu.waitedShare(now, th)
+	return !ok
+}
+
 // stallEvidence says what a stall was judged on besides the silence,
 // for the log: how old the oldest pipeline was, how much of the last
 // moments the machine's tasks waited for a CPU, and this process's
@@ -470,13 +487,14 @@ func (sh *shard) check() {
 			return
 		case sh.prog.pending():
 			// Replies wait unread: this node is slow, not the shard.
-		case age < contendedFactor*th && sh.s.starved(now, th):
+		case age < contendedFactor*th && (sh.s.starved(now, th) || sh.blind(now, th)):
 			// Goroutines of this process waited that long for a CPU
 			// lately (the pipeline may have reached the socket late, or
 			// its reply been read late), or the machine's CPUs are
 			// contended, for long or in the last tens of milliseconds (a
-			// Redis beside this node waits for a CPU too): silence is
-			// judged a stall only after twice the threshold.
+			// Redis beside this node waits for a CPU too), or a fresh
+			// shard has no such evidence yet (blind): silence is judged a
+			// stall only after twice the threshold.
 			sh.armAt(now, minTime(old.sent.Add(contendedFactor*th), now.Add(max(th/4, time.Millisecond))))
 			sh.mu.Unlock()
 			return

@@ -95,6 +95,35 @@ func TestFreshShardSilenceIsNotAStall(t *testing.T) {
 	assert.Equal(t, int64(0), s.Stats().Stalls)
 }
 
+// A fresh shard silent for longer than its doubled floor, while the
+// store has no CPU evidence either way (here no PSI at all; on a node,
+// the first psiReadEvery of its load), is judged as on a contended
+// machine: after twice the threshold. A pause short of that costs
+// nothing; a Redis frozen for good is still caught. Before blind, the
+// first pause was a stall at the fresh floor.
+func TestFreshShardWithoutCPUEvidence(t *testing.T) {
+	redistest.Require(t)
+	in := redistest.Server(t)
+	const th = 20 * time.Millisecond // fresh floor 40 ms, judged at 80 ms
+	s, err := Open(context.Background(), []string{in.Addr}, Options{Timeout: th, StallMax: 10 * th})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	s.cpu.read = func() (psi, bool) { return psi{}, false } // no PSI: no evidence
+
+	g := []algorithm.Group{{{Key: "rl:{blind}:x", Spec: algorithm.Spec{Algorithm: algorithm.TokenBucket, Limit: 100, Period: time.Hour}, Cost: 1}}}
+	resumed := pauseFor(in, 2*th+th/2) // past the fresh floor, short of twice it
+	_, err = s.Take(context.Background(), g)
+	resumed()
+	require.NoError(t, err, "a fresh shard without CPU evidence was judged stalled at the fresh floor")
+	assert.Equal(t, int64(0), s.Stats().Stalls)
+
+	resumed = pauseFor(in, 20*th) // frozen far past any threshold
+	_, err = s.Take(context.Background(), g)
+	resumed()
+	require.ErrorIs(t, err, ErrStalled)
+	assert.Equal(t, int64(1), s.Stats().Stalls)
+}
+
 // pauseFor freezes in now and resumes it after d, from a goroutine that
 // the returned function waits for.
 func pauseFor(in *redistest.Instance, d time.Duration) (wait func()) {
