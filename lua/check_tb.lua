@@ -8,6 +8,12 @@
 -- check.lua's reply for that group ({allowed, then remaining, retry_us,
 -- reset_us per key}), or an error reply for that group alone.
 --
+-- It also takes check.lua's own layout (lone: ARGV[1] an algorithm code,
+-- not a number): one group of all KEYS, answered with check.lua's reply
+-- or error, unwrapped. A node sends a pipeline's only check so: for one
+-- group the batch layout's wrapping costs Redis about a quarter more
+-- (docs/benchmarks.md).
+--
 -- Each group is taken all-or-nothing, as check.lua takes it: nothing of
 -- a group is written before every key of it is known to admit and every
 -- TTL is in range. Groups are independent and are run in order, each
@@ -34,29 +40,53 @@
 -- runs this script, TestParityMixedFrozen check.lua) hold both to
 -- algorithm.BucketState.
 
-local g = tonumber(ARGV[1])
-if not g or g < 1 or g ~= math.floor(g) or #ARGV < 1 + g then
-  return redis.error_reply('ERR allot: ARGV[1] must be the number of groups, got ' .. tostring(ARGV[1]))
-end
-local nk = 0
-for x = 2, g + 1 do
-  local m = tonumber(ARGV[x])
-  if not m or m < 1 or m ~= math.floor(m) then
-    return redis.error_reply('ERR allot: group ' .. (x - 1) .. ' has ' .. tostring(ARGV[x]) .. ' keys')
+local g, nk, a0 = tonumber(ARGV[1]), 0, 0
+-- lone: check.lua's own layout (ARGV[1] an algorithm code, not a count),
+-- one group of every key, answered with that group's reply or error
+-- unwrapped: a pipeline's only check comes so, without the batch
+-- layout's cost (docs/benchmarks.md).
+local lone = g == nil
+if lone then
+  g, nk = 1, #KEYS
+  if #ARGV ~= nk * 5 then
+    return redis.error_reply('ERR allot: want 5 ARGV per key, got ' .. #ARGV .. ' for ' .. nk .. ' keys')
   end
-  nk = nk + m
-end
-if nk ~= #KEYS or #ARGV ~= 1 + g + 5 * nk then
-  return redis.error_reply('ERR allot: want ' .. nk .. ' keys and ' .. (1 + g + 5 * nk) .. ' ARGV for ' .. g .. ' groups, got ' .. #KEYS .. ' and ' .. #ARGV)
+else
+  if g < 1 or g ~= math.floor(g) or #ARGV < 1 + g then
+    return redis.error_reply('ERR allot: ARGV[1] must be the number of groups, got ' .. tostring(ARGV[1]))
+  end
+  for x = 2, g + 1 do
+    local m = tonumber(ARGV[x])
+    if not m or m < 1 or m ~= math.floor(m) then
+      return redis.error_reply('ERR allot: group ' .. (x - 1) .. ' has ' .. tostring(ARGV[x]) .. ' keys')
+    end
+    nk = nk + m
+  end
+  if nk ~= #KEYS or #ARGV ~= 1 + g + 5 * nk then
+    return redis.error_reply('ERR allot: want ' .. nk .. ' keys and ' .. (1 + g + 5 * nk) .. ' ARGV for ' .. g .. ' groups, got ' .. #KEYS .. ' and ' .. #ARGV)
+  end
+  a0 = 1 + g
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
-local out = {}
-local k0, a0 = 0, 1 + g -- the keys and ARGV before this group
-local s = {}
+-- Tables sized by their constructors where the size is known: a table
+-- filled from empty is reallocated as it grows (at 1, 2, 4 and 8
+-- entries), and for the common lone check that is most of the script's
+-- allocation (docs/benchmarks.md). s is reused by every group.
+local out
+if g == 1 then
+  out = { false }
+else
+  out = {}
+end
+local k0 = 0 -- the keys before this group (a0: its ARGV)
+local s = { false, false, false, false, false, false, false }
 for grp = 1, g do
-  local n = tonumber(ARGV[1 + grp])
+  local n = nk
+  if not lone then
+    n = tonumber(ARGV[1 + grp])
+  end
   -- s holds 7 values per key: tokens (refilled to now), ts, rate, burst,
   -- cost, shared (true, false, or 'stale' for a key of another type,
   -- which the commit replaces) and the TTL as PEXPIRE's argument.
@@ -121,7 +151,12 @@ for grp = 1, g do
   if err then
     out[grp] = err
   else
-    local reply = { allowed and 1 or 0 }
+    local reply
+    if n == 1 then
+      reply = { allowed and 1 or 0, 0, 0, 0 }
+    else
+      reply = { allowed and 1 or 0 }
+    end
     for i = 1, n do
       local j = (i - 1) * 7
       local tokens, rate, burst, cost = s[j + 1], s[j + 3], s[j + 4], s[j + 5]
@@ -152,5 +187,8 @@ for grp = 1, g do
     out[grp] = reply
   end
   k0, a0 = k0 + n, a0 + 5 * n
+end
+if lone then
+  return out[1]
 end
 return out

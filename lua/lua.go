@@ -45,8 +45,10 @@ var Check = redis.NewScript(commonSrc + paramsSrc + checkSrc)
 // and each group taken all-or-nothing as Check takes it, at about half
 // Check's Redis CPU per group (docs/benchmarks.md, "Redis script per
 // algorithm"). It refuses any other algorithm code. Its KEYS and ARGV
-// are laid out by CheckTBArgs, and its reply is split by CheckTBReplies:
-// one Check reply, or one error, per group.
+// for many groups are laid out by CheckTBArgs, and its reply is split by
+// CheckTBReplies: one Check reply, or one error, per group. One group
+// may also be sent with Check's KEYS and ARGV, for Check's reply (the
+// cheaper form for a lone call).
 var CheckTB = redis.NewScript(checkTBSrc)
 
 // CheckTBArgs lays out n groups for CheckTB: group(i) is the i-th group

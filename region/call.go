@@ -173,12 +173,16 @@ func scriptCall(ctx context.Context, p redis.Pipeliner, name string, payload any
 
 // wireCall is one script command of a pipeline: the calls at idx, all
 // of script. A lone call is sent as itself; the token-bucket checks of a
-// pipeline (lua.CheckTB, which takes many groups) share one command, so
-// that Redis parses, looks up and enters one script for all of them.
+// pipeline, when there are several, share one command of lua.CheckTB in
+// its batch layout (shared), so that Redis parses, looks up and enters
+// one script for all of them. (A lone check stays in check.lua's layout,
+// which lua.CheckTB also takes: the batch layout costs a one-group call
+// about a quarter more, docs/benchmarks.md.)
 type wireCall struct {
 	script *redis.Script
 	idx    []int
 	one    [1]int // storage of idx for a lone call
+	shared bool
 }
 
 // wireCalls groups a pipeline's calls into commands. On a Redis Cluster
@@ -186,14 +190,23 @@ type wireCall struct {
 // the calls of one shard need not.
 func (s *Store) wireCalls(calls []*call) []wireCall {
 	wire := make([]wireCall, 0, len(calls))
-	tb := -1 // the index in wire of the shared check_tb.lua command
+	tb := -1 // the index in wire of the token-bucket checks' command
 	for i, c := range calls {
 		if c.script == lua.CheckTB && !s.cluster {
 			if tb < 0 {
 				tb = len(wire)
-				wire = append(wire, wireCall{script: c.script, idx: make([]int, 0, len(calls)-i)})
+				wire = append(wire, wireCall{script: c.script})
+				w := &wire[tb]
+				w.one[0] = i
+				w.idx = w.one[:]
+				continue
 			}
-			wire[tb].idx = append(wire[tb].idx, i)
+			w := &wire[tb]
+			if !w.shared {
+				w.shared = true
+				w.idx = append(make([]int, 0, len(calls)-i+1), w.idx[0])
+			}
+			w.idx = append(w.idx, i)
 			continue
 		}
 		wire = append(wire, wireCall{script: c.script})
@@ -207,7 +220,7 @@ func (s *Store) wireCalls(calls []*call) []wireCall {
 // queue queues w's command (name EVALSHA or EVAL, payload the hash or the
 // source) on p.
 func (w *wireCall) queue(ctx context.Context, p redis.Pipeliner, calls []*call, name string, payload any) *redis.Cmd {
-	if w.script != lua.CheckTB {
+	if !w.shared {
 		c := calls[w.idx[0]]
 		return scriptCall(ctx, p, name, payload, c.keys, c.args)
 	}
@@ -219,11 +232,11 @@ func (w *wireCall) queue(ctx context.Context, p redis.Pipeliner, calls []*call, 
 }
 
 // settle gives each call of w its own command in cmds: the command sent,
-// for a lone call; for shared check_tb.lua, a command per group holding
-// its group's reply or error, or the shared command's error (a failed
+// for a lone call; for a shared command, a command per group holding its
+// group's reply or error, or the shared command's error (a failed
 // connection, or a script error that failed them all).
 func (w *wireCall) settle(ctx context.Context, sent *redis.Cmd, cmds []*redis.Cmd) {
-	if w.script != lua.CheckTB {
+	if !w.shared {
 		cmds[w.idx[0]] = sent
 		return
 	}
