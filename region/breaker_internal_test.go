@@ -157,7 +157,7 @@ func TestCPUPressureReadsAtMostEveryInterval(t *testing.T) {
 		now := t0.Add(time.Duration(i) * time.Millisecond)
 		p.sample(now)
 		p.contended(now)
-		p.waited(now, 4*time.Millisecond)
+		_, _ = p.waited(now, 4*time.Millisecond)
 	}
 	assert.Equal(t, 5, reads, "100 ms of checks")
 }
@@ -172,36 +172,39 @@ func TestCPUPressureWaited(t *testing.T) {
 	p := &cpuPressure{read: func() (psi, bool) { reads++; return psi{total: total}, true }}
 	const window = 4 * time.Millisecond
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	assert.False(t, p.waited(at(0), window), "one sample: nothing to compare")
+	waited := func(p *cpuPressure, now time.Time) bool { w, _ := p.waited(now, window); return w }
+	assert.False(t, waited(p, at(0)), "one sample: nothing to compare")
 
 	total += 10 * time.Millisecond // waited half of the next 20 ms
-	assert.True(t, p.waited(at(20*time.Millisecond), window))
+	assert.True(t, waited(p, at(20*time.Millisecond)))
 	total += time.Second // not read: less than psiReadEvery since the last read
-	assert.True(t, p.waited(at(24*time.Millisecond), window), "judged on the samples taken")
+	assert.True(t, waited(p, at(24*time.Millisecond)), "judged on the samples taken")
 	assert.Equal(t, 2, reads)
 
 	total -= time.Second
 	total += 2 * time.Millisecond // a tenth of the next 20 ms: an ordinary moment
-	assert.False(t, p.waited(at(40*time.Millisecond), window))
+	assert.False(t, waited(p, at(40*time.Millisecond)))
 
 	total += 5 * time.Millisecond // a quarter
 	share, span, ok := p.waitedShare(at(60*time.Millisecond), window)
 	assert.True(t, ok)
 	assert.Equal(t, 20*time.Millisecond, span)
 	assert.InDelta(t, 0.25, share, 1e-9)
-	assert.True(t, p.waited(at(60*time.Millisecond), window))
+	assert.True(t, waited(p, at(60*time.Millisecond)))
 
 	// Samples far apart (an idle shard between two calls): the long span
 	// says nothing about the last moments.
 	total += 9 * time.Second
-	assert.False(t, p.waited(at(10*time.Second), window))
+	assert.False(t, waited(p, at(10*time.Second)))
 	total += 15 * time.Millisecond
-	assert.True(t, p.waited(at(10*time.Second+20*time.Millisecond), window), "then a span of its own")
+	assert.True(t, waited(p, at(10*time.Second+20*time.Millisecond)), "then a span of its own")
 
 	// A machine without PSI: never contended.
 	none := &cpuPressure{read: func() (psi, bool) { return psi{}, false }}
 	none.sample(t0)
-	assert.False(t, none.waited(t0.Add(20*time.Millisecond), window))
+	w, known := none.waited(t0.Add(20*time.Millisecond), window)
+	assert.False(t, w)
+	assert.False(t, known, "nothing known without PSI")
 }
 
 // The answer of a pipeline judged stalled closes a breaker that opened

@@ -182,32 +182,30 @@ type wireCall struct {
 	script *redis.Script
 	idx    []int
 	one    [1]int // storage of idx for a lone call
-	shared bool
 }
+
+// shared reports whether w carries several checks in the batch layout.
+func (w *wireCall) shared() bool { return len(w.idx) > 1 }
 
 // wireCalls groups a pipeline's calls into commands. On a Redis Cluster
 // every call stays alone: a script's keys must share one slot there, and
-// the calls of one shard need not.
+// the calls of one shard need not. (wire never grows past its capacity,
+// so a lone call's idx may point into its own element.)
 func (s *Store) wireCalls(calls []*call) []wireCall {
 	wire := make([]wireCall, 0, len(calls))
 	tb := -1 // the index in wire of the token-bucket checks' command
 	for i, c := range calls {
-		if c.script == lua.CheckTB && !s.cluster {
-			if tb < 0 {
-				tb = len(wire)
-				wire = append(wire, wireCall{script: c.script})
-				w := &wire[tb]
-				w.one[0] = i
-				w.idx = w.one[:]
-				continue
-			}
+		batch := c.script == lua.CheckTB && !s.cluster
+		if batch && tb >= 0 {
 			w := &wire[tb]
-			if !w.shared {
-				w.shared = true
+			if !w.shared() {
 				w.idx = append(make([]int, 0, len(calls)-i+1), w.idx[0])
 			}
 			w.idx = append(w.idx, i)
 			continue
+		}
+		if batch {
+			tb = len(wire)
 		}
 		wire = append(wire, wireCall{script: c.script})
 		w := &wire[len(wire)-1]
@@ -220,7 +218,7 @@ func (s *Store) wireCalls(calls []*call) []wireCall {
 // queue queues w's command (name EVALSHA or EVAL, payload the hash or the
 // source) on p.
 func (w *wireCall) queue(ctx context.Context, p redis.Pipeliner, calls []*call, name string, payload any) *redis.Cmd {
-	if !w.shared {
+	if !w.shared() {
 		c := calls[w.idx[0]]
 		return scriptCall(ctx, p, name, payload, c.keys, c.args)
 	}
@@ -236,7 +234,7 @@ func (w *wireCall) queue(ctx context.Context, p redis.Pipeliner, calls []*call, 
 // group's reply or error, or the shared command's error (a failed
 // connection, or a script error that failed them all).
 func (w *wireCall) settle(ctx context.Context, sent *redis.Cmd, cmds []*redis.Cmd) {
-	if !w.shared {
+	if !w.shared() {
 		cmds[w.idx[0]] = sent
 		return
 	}
@@ -247,15 +245,12 @@ func (w *wireCall) settle(ctx context.Context, sent *redis.Cmd, cmds []*redis.Cm
 	}
 	for j, i := range w.idx {
 		c := redis.NewCmd(ctx)
-		switch {
-		case err != nil:
+		if err != nil {
 			c.SetErr(err)
-		default:
-			if e, ok := vals[j].(error); ok {
-				c.SetErr(e)
-			} else {
-				c.SetVal(vals[j])
-			}
+		} else if e, ok := vals[j].(error); ok {
+			c.SetErr(e)
+		} else {
+			c.SetVal(vals[j])
 		}
 		cmds[i] = c
 	}

@@ -156,10 +156,11 @@ func (p *cpuPressure) sampleLocked(now time.Time) {
 
 // waited samples (as sample) and reports whether tasks waited for a CPU
 // at least waitedShare of the time over the most recent span waitedShare
-// can measure.
-func (p *cpuPressure) waited(now time.Time, window time.Duration) bool {
+// can measure, and whether there was such a span (known; waitedShare's
+// ok).
+func (p *cpuPressure) waited(now time.Time, window time.Duration) (waited, known bool) {
 	share, _, ok := p.waitedShare(now, window)
-	return ok && share >= waitedShare
+	return ok && share >= waitedShare, ok
 }
 
 // waitedShare samples (as sample) and returns the share of time tasks

@@ -93,7 +93,7 @@ type shard struct {
 // The floor is doubled for a fresh shard (freshFor).
 func (sh *shard) threshold(now time.Time) time.Duration {
 	floor, ceiling := sh.s.opts.Timeout, max(sh.s.opts.StallMax, sh.s.opts.Timeout)
-	if !sh.firstUse.IsZero() && now.Sub(sh.firstUse) < freshFor {
+	if sh.fresh(now) {
 		floor = min(freshFactor*floor, ceiling)
 	}
 	return min(max(stallFactor*sh.recentHigh(now), floor), ceiling)
@@ -390,29 +390,31 @@ func lateDeferral(late, th time.Duration) time.Duration {
 	return min(max(late, time.Millisecond), max(th, time.Millisecond))
 }
 
-// starved reports whether silence of a shard for th may be this
+// starved reports whether silence of the shard for th may be this
 // machine's doing: goroutines of this process waited half of th for a
 // CPU lately, or the machine's CPUs are contended, for long (avg10) or
-// in the last tens of milliseconds (a Redis beside this node waits too).
-func (s *Store) starved(now time.Time, th time.Duration) bool {
-	return s.lag.recent(now, th/2, th) || s.cpu.contended(now) || s.cpu.waited(now, th)
+// in the last tens of milliseconds (a Redis beside this node waits too);
+// or the shard is fresh (freshFor) and there is no span of the PSI file
+// over the last moments yet to tell (psiReadEvery; or no PSI at all).
+// A judgement with nothing to go on at a node's start is made as on a
+// contended machine: measured, a fresh node given 256 workers at once
+// saw its healthy shard silent for 9.8 ms 17 ms into the load (its
+// goroutines had waited 3.1 ms for a CPU), past the fresh floor of 8 ms
+// (docs/benchmarks.md); a Redis frozen at a node's start is caught after
+// 16 ms instead of 8. Called with mu held.
+func (sh *shard) starved(now time.Time, th time.Duration) bool {
+	s := sh.s
+	if s.lag.recent(now, th/2, th) || s.cpu.contended(now) {
+		return true
+	}
+	waited, known := s.cpu.waited(now, th)
+	return waited || (!known && sh.fresh(now))
 }
 
-// blind reports whether a judgement of this shard has nothing to go on
-// about this machine's CPU: the shard is fresh (freshFor) and the store
-// has no span of the PSI file over the last moments yet (psiReadEvery;
-// or no PSI at all). Its silence is then judged as a contended machine's,
-// after twice the threshold. Measured: a fresh node given 256 workers at
-// once, its shard silent for 9.8 ms 17 ms into the load on a healthy
-// Redis (its goroutines had waited 3.1 ms for a CPU), judged stalled at
-// the fresh floor of 8 ms (docs/benchmarks.md). A Redis frozen at a
-// node's start is caught after 16 ms instead of 8. Called with mu held.
-func (sh *shard) blind(now time.Time, th time.Duration) bool {
-	if sh.firstUse.IsZero() || now.Sub(sh.firstUse) >= freshFor {
-		return false
-	}
-	_, _, ok := sh.s.cpu.waitedShare(now, th)
-	return !ok
+// fresh reports whether the shard's first call was less than freshFor
+// ago. Called with mu held.
+func (sh *shard) fresh(now time.Time) bool {
+	return !sh.firstUse.IsZero() && now.Sub(sh.firstUse) < freshFor
 }
 
 // stallEvidence says what a stall was judged on besides the silence,
@@ -472,7 +474,7 @@ func (sh *shard) check() {
 			// its reply may have been read and wait for its goroutine to
 			// run. (A connection that died silently fails at its socket
 			// deadline, --redis-max-wait, if starvation lasts that long.)
-			if p := old; age >= pipeStallFactor*th && !sh.prog.pending() && !sh.s.starved(now, th) {
+			if p := old; age >= pipeStallFactor*th && !sh.prog.pending() && !sh.starved(now, th) {
 				p.abandoned = true
 				sh.removeInflight(p)
 				settle, settleErr = p.calls, fmt.Errorf("%w: %s: one pipeline unanswered for %v", ErrStalled, sh.addr, now.Sub(p.sent).Round(time.Microsecond))
@@ -487,14 +489,14 @@ func (sh *shard) check() {
 			return
 		case sh.prog.pending():
 			// Replies wait unread: this node is slow, not the shard.
-		case age < contendedFactor*th && (sh.s.starved(now, th) || sh.blind(now, th)):
+		case age < contendedFactor*th && sh.starved(now, th):
 			// Goroutines of this process waited that long for a CPU
 			// lately (the pipeline may have reached the socket late, or
 			// its reply been read late), or the machine's CPUs are
 			// contended, for long or in the last tens of milliseconds (a
 			// Redis beside this node waits for a CPU too), or a fresh
-			// shard has no such evidence yet (blind): silence is judged a
-			// stall only after twice the threshold.
+			// shard has no such evidence yet: silence is judged a stall
+			// only after twice the threshold.
 			sh.armAt(now, minTime(old.sent.Add(contendedFactor*th), now.Add(max(th/4, time.Millisecond))))
 			sh.mu.Unlock()
 			return

@@ -99,7 +99,7 @@ func TestFreshShardSilenceIsNotAStall(t *testing.T) {
 // store has no CPU evidence either way (here no PSI at all; on a node,
 // the first psiReadEvery of its load), is judged as on a contended
 // machine: after twice the threshold. A pause short of that costs
-// nothing; a Redis frozen for good is still caught. Before blind, the
+// nothing; a Redis frozen for good is still caught. Before this rule, the
 // first pause was a stall at the fresh floor.
 func TestFreshShardWithoutCPUEvidence(t *testing.T) {
 	redistest.Require(t)
