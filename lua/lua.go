@@ -53,25 +53,86 @@ var CheckTB = redis.NewScript(checkTBSrc)
 
 // CheckTBArgs lays out n groups for CheckTB: group(i) is the i-th group
 // as Check takes it (its keys, and ArgsPerKey values per key). The keys
-// are the groups' keys in order; ARGV is the number of groups, each
-// group's number of keys, then the groups' values in order.
+// are the groups' keys in order; ARGV is the number of groups, the
+// number of distinct specs (a key's algorithm code, limit, period and
+// burst), those specs, then per group its number of keys and per key its
+// spec's index and its cost. A group whose values are not ArgsPerKey per
+// key is sent with spec index 0, which the script refuses for that group
+// alone.
 func CheckTBArgs(n int, group func(i int) ([]string, []any)) ([]string, []any) {
-	nk, na := 0, 0
+	nk := 0
+	var specs [][]any // each a group's args from its key's spec on
 	for i := range n {
 		k, a := group(i)
 		nk += len(k)
-		na += len(a)
+		if len(a) != ArgsPerKey*len(k) {
+			continue
+		}
+		for j := range k {
+			if specIndex(specs, a[j*ArgsPerKey:]) == 0 {
+				specs = append(specs, a[j*ArgsPerKey:])
+			}
+		}
 	}
 	ks := make([]string, 0, nk)
-	as := make([]any, 1+n, 1+n+na)
-	as[0] = n
+	as := make([]any, 0, 2+4*len(specs)+n+2*nk)
+	as = append(as, n, len(specs))
+	for _, s := range specs {
+		as = append(as, s[:ArgsPerKey-1]...)
+	}
 	for i := range n {
 		k, a := group(i)
-		as[1+i] = len(k)
 		ks = append(ks, k...)
-		as = append(as, a...)
+		as = append(as, len(k))
+		for j := range k {
+			if len(a) != ArgsPerKey*len(k) {
+				as = append(as, 0, 0)
+				continue
+			}
+			as = append(as, specIndex(specs, a[j*ArgsPerKey:]), a[j*ArgsPerKey+ArgsPerKey-1])
+		}
 	}
 	return ks, as
+}
+
+// specIndex is the 1-based index in specs of the spec that args starts
+// with (its first ArgsPerKey-1 values), or 0.
+func specIndex(specs [][]any, args []any) int {
+	for i, s := range specs {
+		if sameArgs(s[:ArgsPerKey-1], args[:ArgsPerKey-1]) {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// sameArgs reports whether a and b hold equal values of the kinds a
+// script argument takes; any other kind is never the same (== on an
+// interface holding a slice would panic).
+func sameArgs(a, b []any) bool {
+	for i := range a {
+		switch x := a[i].(type) {
+		case string:
+			if y, ok := b[i].(string); !ok || x != y {
+				return false
+			}
+		case int64:
+			if y, ok := b[i].(int64); !ok || x != y {
+				return false
+			}
+		case int:
+			if y, ok := b[i].(int); !ok || x != y {
+				return false
+			}
+		case float64:
+			if y, ok := b[i].(float64); !ok || x != y {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // CheckTBGroups is CheckTBArgs of groups given as slices.

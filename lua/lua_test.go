@@ -247,14 +247,19 @@ func TestCheckTBGroupsAreCalls(t *testing.T) {
 	assert.Equal(t, "0", a, "the group after the failed one ran")
 
 	// A call whose layout is wrong fails as a whole, writing nothing.
+	// (ARGV: groups, specs, 4 values per spec, then per group its key
+	// count and a spec index and a cost per key.)
 	for name, argv := range map[string][]any{
-		"lone, short ARGV":     {"tb", 10, 1000, 0},
-		"negative group count": {-1, 1, "tb", 10, 1000, 0, 1},
-		"zero groups":          {0},
-		"a group of no keys":   {1, 0, "tb", 10, 1000, 0, 1},
-		"more keys than said":  {1, 1, "tb", 10, 1000, 0, 1, "tb", 10, 1000, 0, 1},
-		"missing ARGV":         {2, 1, 1, "tb", 10, 1000, 0, 1},
-		"fractional key count": {1, 1.5, "tb", 10, 1000, 0, 1},
+		"lone, short ARGV":       {"tb", 10, 1000, 0},
+		"negative group count":   {-1, 1, "tb", 10, 1000, 0, 1, 1, 1},
+		"zero groups":            {0, 0},
+		"negative spec count":    {1, -1, 1, 1, 1},
+		"more specs than ARGV":   {1, 5, "tb", 10, 1000, 0, 1, 1, 1},
+		"a group of no keys":     {1, 1, "tb", 10, 1000, 0, 0},
+		"more keys than said":    {1, 1, "tb", 10, 1000, 0, 2, 1, 1, 1, 1},
+		"missing ARGV":           {2, 1, "tb", 10, 1000, 0, 1, 1, 1, 1},
+		"fractional key count":   {1, 1, "tb", 10, 1000, 0, 1.5, 1, 1, 1, 1},
+		"an ARGV more than said": {1, 1, "tb", 10, 1000, 0, 1, 1, 1, 7},
 	} {
 		keys := []string{"rl:{bad}:x", "rl:{bad}:y"}
 		if name == "missing ARGV" || name == "fractional key count" {
@@ -269,4 +274,64 @@ func TestCheckTBGroupsAreCalls(t *testing.T) {
 		require.NoError(t, err)
 		assert.Zero(t, n, name)
 	}
+}
+
+// The batch layout carries each distinct spec once: groups that share a
+// spec share its entry, and a bad spec, an index past the table or a
+// group whose values are not five per key fails those groups alone,
+// writing nothing of them, while the other groups run.
+func TestCheckTBSpecTable(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: redistest.Server(t).Addr})
+	defer c.Close()
+	ctx := context.Background()
+	good := []any{"tb", int64(10), int64(1000), int64(0)}
+	with := func(spec []any, cost int64) []any { return append(append([]any{}, spec...), cost) }
+	keys := [][]string{{"rl:{t}:a"}, {"rl:{t}:b", "rl:{t}:c"}, {"rl:{t}:d"}, {"rl:{t}:e"}, {"rl:{t}:f"}}
+	args := [][]any{
+		with(good, 1),
+		append(with(good, 2), with([]any{"xx", int64(10), int64(1000), int64(0)}, 1)...), // an unknown algorithm
+		with(good, 3),
+		{"tb", int64(10)}, // short
+		with([]any{"tb", int64(5), int64(1000), int64(0)}, 1),
+	}
+	k, a := lua.CheckTBGroups(keys, args)
+	assert.Equal(t, []string{"rl:{t}:a", "rl:{t}:b", "rl:{t}:c", "rl:{t}:d", "rl:{t}:e", "rl:{t}:f"}, k)
+	assert.Equal(t, []any{5, 3,
+		"tb", int64(10), int64(1000), int64(0),
+		"xx", int64(10), int64(1000), int64(0),
+		"tb", int64(5), int64(1000), int64(0),
+		1, 1, int64(1),
+		2, 1, int64(2), 2, int64(1),
+		1, 1, int64(3),
+		1, 0, 0,
+		1, 3, int64(1)}, a, "three specs for six keys")
+	got := checkTB(t, c, keys, args)
+	assert.Equal(t, []int64{1, 9, 0, 100000}, got[0])
+	assert.ErrorContains(t, asError(t, got[1]), "token buckets only, not xx for key rl:{t}:c")
+	assert.Equal(t, []int64{1, 7, 0, 300000}, got[2])
+	assert.ErrorContains(t, asError(t, got[3]), "no spec 0 for key rl:{t}:e")
+	assert.Equal(t, []int64{1, 4, 0, 200000}, got[4])
+	n, err := c.Exists(ctx, "rl:{t}:b", "rl:{t}:c", "rl:{t}:e").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the failed groups wrote nothing")
+
+	// An index past the table, or not a whole number, fails its group.
+	for _, x := range []any{2, 0, 1.5, "one"} {
+		v, err := lua.CheckTB.Run(ctx, c, []string{"rl:{u}:a", "rl:{u}:b"}, 2, 1, "tb", 10, 1000, 0, 1, x, 1, 1, 1, 1).Result()
+		require.NoError(t, err, "%v", x)
+		vals, err := lua.CheckTBReplies(v, 2)
+		require.NoError(t, err, "%v", x)
+		assert.ErrorContains(t, asError(t, vals[0]), "no spec", "%v", x)
+		assert.IsType(t, []any{}, vals[1], "%v: the other group ran", x)
+		n, err := c.Exists(ctx, "rl:{u}:a").Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "%v", x)
+	}
+}
+
+func asError(t *testing.T, v any) error {
+	t.Helper()
+	err, ok := v.(error)
+	require.True(t, ok, "%v is not an error", v)
+	return err
 }
