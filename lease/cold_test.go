@@ -9,13 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// With ColdExact a key not seen within half its lease TTL is sent to the
-// exact path (nothing taken, no lease call); a key checked again within
-// that time leases as usual; a global-scope limit always leases.
+// With ColdExact (and ColdHits 2) a key not seen within half its lease
+// TTL is sent to the exact path (nothing taken, no lease call); a key
+// checked again within that time leases as usual; a global-scope limit
+// always leases.
 func TestColdKeysGoExact(t *testing.T) {
 	clk := NewManualClock()
 	src := newFake(clk)
-	m, err := New(Options{Source: src, Clock: clk, SweepEvery: -1, ColdExact: true})
+	m, err := New(Options{Source: src, Clock: clk, SweepEvery: -1, ColdExact: true, ColdHits: 2})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	cfg := Config{TargetPeriod: time.Second, TTL: 2 * time.Second}
@@ -89,4 +90,41 @@ func TestPacedKeyIsNotCold(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, r.Exact, "a key at the end of its pace leases")
 	assert.Equal(t, exact, m.Stats().Exact)
+}
+
+// At the default ColdHits (4 Takes in a window of half the TTL) a key
+// checked 2.5 times a second never leases, however long it runs; one
+// checked 4 times a second leases at its fourth Take, and stays leased.
+func TestColdKeyNeedsHitsToLease(t *testing.T) {
+	clk := NewManualClock()
+	src := newFake(clk)
+	m, err := New(Options{Source: src, Clock: clk, SweepEvery: -1, ColdExact: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	lim := newLimit(t, m, spec(100, time.Second, 100), Config{TargetPeriod: time.Second, TTL: 2 * time.Second}, false)
+	ctx := context.Background()
+	take := func(subj string) Result {
+		r, err := m.Take(ctx, lim, []byte(subj), 1)
+		require.NoError(t, err)
+		waitIdle(t, m)
+		return r
+	}
+	for i := range 20 {
+		assert.True(t, take("slow").Exact, "take %d at 2.5/s", i)
+		clk.Advance(400 * time.Millisecond)
+	}
+	assert.Zero(t, m.Stats().Calls, "no lease call for the slow key")
+	for i := range 3 {
+		assert.True(t, take("fast").Exact, "take %d at 4/s", i)
+		clk.Advance(250 * time.Millisecond)
+	}
+	for i := range 20 {
+		r := take("fast")
+		assert.False(t, r.Exact, "take %d at 4/s after three", 3+i)
+		assert.True(t, r.Allowed)
+		clk.Advance(250 * time.Millisecond)
+	}
+	assert.Positive(t, m.Stats().Calls)
+	_, err = New(Options{Source: src, ColdHits: 256})
+	assert.ErrorContains(t, err, "ColdHits")
 }

@@ -15,8 +15,10 @@ type entry struct {
 	subject string
 	lim     atomic.Pointer[Limit]
 	held    atomic.Pointer[held] // nil until the first refill is queued
-	// seen is the clock ns of the last Take sent to the exact path
-	// because the key was cold (Options.ColdExact); 0 if none.
+	// seen is the start (clock ns, low 8 bits cleared) of the key's
+	// current window of Takes sent to the exact path because it was cold
+	// (Options.ColdExact), and in the low 8 bits their count
+	// (Manager.cold); 0 if none.
 	seen  atomic.Int64
 	flags atomic.Uint32
 	// hash is the low half of the key's hash: the table's probe filter

@@ -73,6 +73,8 @@ const (
 	// slow to be scheduled (a 4 ms cap failed 3.7-23.5 % of leased
 	// decisions under load on a healthy Redis; issue 12).
 	MinMaxWait = 500 * time.Millisecond
+	// DefaultColdHits is Options.ColdHits when zero.
+	DefaultColdHits = 4
 )
 
 // Options configure a Manager.
@@ -110,16 +112,22 @@ type Options struct {
 	MaxWait time.Duration
 	// ColdExact sends the Takes of cold keys to the exact path instead of
 	// leasing for them: a Take that finds no live tokens, no refill under
-	// way and no deny cache, on a key neither leased nor seen within half
-	// its lease TTL, answers Result.Exact and takes nothing. Such a key's
-	// lease would be close to expiry at its next request, so leasing would
-	// often cost it a waited-for round trip and a wasted grant, where
-	// check.lua costs one round trip (BenchmarkWarmKeys in decide: 0.2 of
-	// the exact path's throughput at 0.2-0.5 checks/s per key). A key
-	// checked again within half the TTL leases as usual. Global-scope
-	// limits always lease (their demand is reported by DrainDemand).
+	// way and no deny cache, on a key not leased within half its lease
+	// TTL and not yet checked ColdHits times within a window of half its
+	// TTL, answers Result.Exact and takes nothing. Such a key's grant
+	// would be a token or two (the rate it shows times the target period)
+	// and its lease close to expiry at its next request, so leasing would
+	// cost it about a lease call per decision, where its exact check
+	// shares one script call with the other checks of its round trip
+	// (docs/benchmarks.md, "Many warm keys"). Global-scope limits always
+	// lease (their demand is reported by DrainDemand).
 	ColdExact bool
-	Logger    *slog.Logger
+	// ColdHits is how many Takes within one window of half the lease TTL
+	// make a cold key warm (ColdExact): at the default TTL of 2 s and
+	// DefaultColdHits, a key leases once it shows about 4 checks a second.
+	// Zero means DefaultColdHits; at most 255.
+	ColdHits int
+	Logger   *slog.Logger
 }
 
 // Manager holds leases for many keys. It is safe for concurrent use;
@@ -188,6 +196,12 @@ func New(opts Options) (*Manager, error) {
 		opts.MaxWait = 2 * opts.CallTimeout
 	}
 	opts.MaxWait = max(opts.MaxWait, MinMaxWait)
+	if opts.ColdHits <= 0 {
+		opts.ColdHits = DefaultColdHits
+	}
+	if opts.ColdHits > maxColdHits {
+		return nil, fmt.Errorf("lease: ColdHits %d: at most %d", opts.ColdHits, maxColdHits)
+	}
 	m := &Manager{
 		src:      opts.Source,
 		clock:    opts.Clock,
@@ -416,26 +430,48 @@ func (m *Manager) takeSlow(ctx context.Context, lim *Limit, subject []byte, cost
 }
 
 // cold reports whether a Take of e that found no tokens should go to the
-// exact path: no refill under way, and neither a lease sent nor a cold
-// Take within half the TTL (a leased key then uses its grant at least
-// twice before it expires). It records the Take.
+// exact path: no refill under way, no lease sent (nor a pace ended)
+// within half the TTL, and fewer than ColdHits Takes in the key's current
+// window of half the TTL. It counts the Take in e.seen: the window's start
+// in the high bits, its Takes in the low 8 (the clock's 256 ns lost).
 func (m *Manager) cold(e *entry, lim *Limit, now int64) bool {
 	if lim.global || e.flags.Load() != 0 {
 		return false
 	}
-	ttl := int64(lim.cfg.TTL)
-	// The last sign of use: a cold Take, the last lease call sent, or the
-	// end of a pace (a contended key whose pace outlasts TTL/2 is hot).
-	last := e.seen.Load()
+	half := int64(lim.cfg.TTL) / 2
+	// A leased key stays warm while its last lease call (or the end of a
+	// pace: a contended key whose pace outlasts TTL/2 is hot) is recent.
 	if hd := e.held.Load(); hd != nil {
-		last = max(last, hd.denyTil.Load())
+		last := hd.denyTil.Load()
 		if ce := hd.curExp.Load(); ce != 0 {
-			last = max(last, ce-ttl)
+			last = max(last, ce-int64(lim.cfg.TTL))
+		}
+		if last != 0 && now-last <= half {
+			return false
 		}
 	}
-	e.seen.Store(now)
-	return last == 0 || now-last > ttl/2
+	for {
+		old := e.seen.Load()
+		start, hits := old&^seenHits, old&seenHits
+		next := now&^seenHits | 1
+		if old != 0 && now-start <= half {
+			next = old
+			if hits < seenHits {
+				next++
+			}
+		}
+		if e.seen.CompareAndSwap(old, next) {
+			return next&seenHits < int64(m.opts.ColdHits)
+		}
+	}
 }
+
+// seenHits masks the Take count in entry.seen; maxColdHits is the most
+// it holds.
+const (
+	seenHits    = 0xff
+	maxColdHits = seenHits
+)
 
 // GiveBack returns the tokens of an allowed Take to this node's lease,
 // for a request another limit denied.

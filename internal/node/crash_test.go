@@ -13,6 +13,7 @@ import (
 
 	"github.com/allot-dev/allot/internal/node"
 	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/lease"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
 
@@ -50,8 +51,9 @@ policies:
 	}
 
 	crashed, c := start()
-	// The first check of a cold key is decided exactly; the second leases.
-	require.Equal(t, int64(2), allowed(c, 2))
+	// The first checks of a cold key are decided exactly; the fourth
+	// (lease.DefaultColdHits) leases.
+	require.Equal(t, int64(lease.DefaultColdHits), allowed(c, lease.DefaultColdHits))
 	grpcAddr, httpAddr := crashed.Addr(), crashed.HTTPAddr()
 	stranded, err := crashed.Crash()
 	require.NoError(t, err)
@@ -66,5 +68,5 @@ policies:
 
 	next, c := start()
 	t.Cleanup(func() { assert.NoError(t, next.Close(5*time.Second)) })
-	assert.Equal(t, 100-2-stranded, allowed(c, 150), "the stranded tokens did not come back")
+	assert.Equal(t, 100-lease.DefaultColdHits-stranded, allowed(c, 150), "the stranded tokens did not come back")
 }

@@ -285,22 +285,22 @@ func TestMetricsRedisLeasesAndBreakers(t *testing.T) {
 		_, err := rl.CheckRateLimit(context.Background(), &ratelimitv1.RateLimitRequest{TenantId: "r", Route: "/m/x"})
 		require.NoError(t, err)
 	}
-	for range 4 {
+	for range 6 {
 		resp, err := rl.CheckRateLimit(context.Background(), &ratelimitv1.RateLimitRequest{TenantId: "l", Route: "/lease/x"})
 		require.NoError(t, err)
 		require.Equal(t, ratelimitv1.RateLimitResponse_ALLOWED, resp.GetDecision())
 	}
 	fams := scrape(t, oneConn(t), n.HTTPAddr())
-	// 4 exact checks, and the first check of the cold leased key, which
-	// is decided exactly (lease.Options.ColdExact).
-	assert.Equal(t, 5.0, mustSample(t, fams, "allot_redis_calls_total", map[string]string{"op": "take", "result": "ok"}))
-	assert.Equal(t, 5.0, mustSample(t, fams, "allot_redis_call_duration_seconds", map[string]string{"op": "take"}))
-	// The second leased check waited for a refill; the others spent it.
+	// 4 exact checks, and the first three checks of the cold leased key,
+	// which are decided exactly (lease.Options.ColdExact, ColdHits 4).
+	assert.Equal(t, 7.0, mustSample(t, fams, "allot_redis_calls_total", map[string]string{"op": "take", "result": "ok"}))
+	assert.Equal(t, 7.0, mustSample(t, fams, "allot_redis_call_duration_seconds", map[string]string{"op": "take"}))
+	// The fourth leased check waited for a refill; the others spent it.
 	assert.GreaterOrEqual(t, mustSample(t, fams, "allot_redis_calls_total", map[string]string{"op": "lease", "result": "ok"}), 1.0)
 	assert.GreaterOrEqual(t, mustSample(t, fams, "allot_lease_refills_total", nil), 1.0)
 	assert.GreaterOrEqual(t, mustSample(t, fams, "allot_lease_tokens_granted_total", nil), 3.0)
 	assert.Equal(t, 1.0, mustSample(t, fams, "allot_lease_keys", nil))
 	assert.Equal(t, 0.0, mustSample(t, fams, "allot_breaker_state", map[string]string{"shard": srv.Addr}))
 	assert.Equal(t, 4.0, mustSample(t, fams, "allot_decisions_total", map[string]string{"policy": "five-per-tenant", "outcome": "allowed"}))
-	assert.Equal(t, 4.0, mustSample(t, fams, "allot_decisions_total", map[string]string{"policy": "leased-wide", "outcome": "allowed"}))
+	assert.Equal(t, 6.0, mustSample(t, fams, "allot_decisions_total", map[string]string{"policy": "leased-wide", "outcome": "allowed"}))
 }
