@@ -85,8 +85,9 @@ type Telemetry struct {
 	// attrs caches measurement options per label combination: building
 	// an attribute set per check would allocate on every decision. Its
 	// size is bounded like the labels (policies x outcomes, ops x results).
-	attrMu sync.RWMutex
-	attrs  map[attrKey]options
+	// A sync.Map (attrKey → options): its reads take no lock, where an
+	// RWMutex's read lock is a shared write on every decision.
+	attrs sync.Map
 
 	mu   sync.Mutex
 	regs []metric.Registration // observable callbacks, unregistered by Shutdown
@@ -111,7 +112,7 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 	if cfg.Service == "" {
 		cfg.Service = "allot"
 	}
-	t := &Telemetry{log: log, registry: prometheus.NewRegistry(), attrs: map[attrKey]options{}}
+	t := &Telemetry{log: log, registry: prometheus.NewRegistry()}
 	// Scope labels (otel_scope_name, ...) would be repeated on every
 	// series and say nothing a reader of allot_* does not know.
 	exp, err := promexporter.New(promexporter.WithRegisterer(t.registry), promexporter.WithoutScopeInfo())
@@ -266,20 +267,14 @@ func (t *Telemetry) register(cb metric.Callback, insts ...metric.Observable) (fu
 // kb=b); kb "" means one attribute.
 func (t *Telemetry) option(ka, a, kb, b string) options {
 	k := attrKey{ka, a, kb, b}
-	t.attrMu.RLock()
-	o, ok := t.attrs[k]
-	t.attrMu.RUnlock()
-	if ok {
-		return o
+	if o, ok := t.attrs.Load(k); ok {
+		return o.(options)
 	}
 	kvs := []attribute.KeyValue{attribute.String(ka, a)}
 	if kb != "" {
 		kvs = append(kvs, attribute.String(kb, b))
 	}
 	m := metric.WithAttributeSet(attribute.NewSet(kvs...))
-	o = options{add: []metric.AddOption{m}, rec: []metric.RecordOption{m}, obs: []metric.ObserveOption{m}}
-	t.attrMu.Lock()
-	t.attrs[k] = o
-	t.attrMu.Unlock()
-	return o
+	o, _ := t.attrs.LoadOrStore(k, options{add: []metric.AddOption{m}, rec: []metric.RecordOption{m}, obs: []metric.ObserveOption{m}})
+	return o.(options)
 }
