@@ -86,3 +86,27 @@ func parseLoadAverage(s string) float64 {
 	}
 	return v
 }
+
+// parseIOSyscalls is the read and write system calls counted in a
+// /proc/PID/io file (its syscr and syscw lines), summed over the
+// process's threads.
+func parseIOSyscalls(s string) (int64, error) {
+	var n int64
+	found := 0
+	for line := range strings.Lines(s) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (k != "syscr" && k != "syscw") {
+			continue
+		}
+		c, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil || c < 0 {
+			return 0, fmt.Errorf("/proc io %s %q: want a count", k, v)
+		}
+		n += c
+		found++
+	}
+	if found != 2 {
+		return 0, fmt.Errorf("/proc io without syscr and syscw: %.60q", s)
+	}
+	return n, nil
+}

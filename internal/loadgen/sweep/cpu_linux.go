@@ -33,3 +33,13 @@ func machineCPU() (cpuTimes, error) {
 	}
 	return parseProcStat(string(b))
 }
+
+// processSyscalls is the read and write system calls process pid has
+// made (/proc/PID/io: readable for one's own processes).
+func processSyscalls(pid int) (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/io")
+	if err != nil {
+		return 0, fmt.Errorf("system calls of process %d: %w", pid, err)
+	}
+	return parseIOSyscalls(string(b))
+}

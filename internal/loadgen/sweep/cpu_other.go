@@ -19,3 +19,8 @@ func loadAverage() float64 { return 0 }
 func machineCPU() (cpuTimes, error) {
 	return cpuTimes{}, errors.New("machine CPU time is read from /proc (Linux only)")
 }
+
+// processSyscalls needs /proc.
+func processSyscalls(int) (int64, error) {
+	return 0, errors.New("system calls are read from /proc (Linux only)")
+}

@@ -65,10 +65,23 @@ func TestParseLoadAverage(t *testing.T) {
 	}
 }
 
+func TestParseIOSyscalls(t *testing.T) {
+	io := "rchar: 1290\nwchar: 34\nsyscr: 17\nsyscw: 5\nread_bytes: 0\nwrite_bytes: 0\ncancelled_write_bytes: 0\n"
+	if n, err := parseIOSyscalls(io); err != nil || n != 22 {
+		t.Errorf("parseIOSyscalls = %d, %v; want 22", n, err)
+	}
+	for _, bad := range []string{"", "syscr: 3\n", "syscr: x\nsyscw: 1\n", "syscr: -1\nsyscw: 1\n"} {
+		if _, err := parseIOSyscalls(bad); err == nil {
+			t.Errorf("parseIOSyscalls(%q) accepted", bad)
+		}
+	}
+}
+
 func TestSummarizeAndLines(t *testing.T) {
 	pairs := []Pair{
 		{Noop: 40000, Node: 20000, NodeCPU: 36 * time.Microsecond, RedisCPU: 17 * time.Microsecond, NoopCPU: 21 * time.Microsecond,
-			GenNoopCPU: 30 * time.Microsecond, GenNodeCPU: 35500 * time.Nanosecond, IdleNoop: 0.05, IdleNode: 0.204, StealNode: 0.01, Load: 2.5},
+			GenNoopCPU: 30 * time.Microsecond, GenNodeCPU: 35500 * time.Nanosecond, IdleNoop: 0.05, IdleNode: 0.204, StealNode: 0.01, Load: 2.5,
+			NodeSys: 0.5, NoopSys: 0.25, GenNoopSys: 0.3, GenNodeSys: 1.4},
 		{Noop: 30000, Node: 21000},
 		{Noop: 0, Node: 1}, // a no-op that answered nothing has no ratio
 	}
@@ -87,7 +100,7 @@ func TestSummarizeAndLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "1: no-op 40000/s, node 20000/s, ratio 0.500; CPU per call: node 36.0 µs, redis 17.0 µs, no-op 21.0 µs, " +
-		"generator 30.0 µs (no-op run) / 35.5 µs (node run); machine idle 5 % / 20 %, steal 1 % (load 2.50)\n" +
+		"generator 30.0 µs (no-op run) / 35.5 µs (node run); syscalls per call: node 0.50, no-op 0.25, generator 0.30 / 1.40; machine idle 5 % / 20 %, steal 1 % (load 2.50)\n" +
 		"ratio mean 0.600, range 0.500-0.700 over 2 pairs\n"
 	if b.String() != want {
 		t.Errorf("lines:\n%s\nwant:\n%s", b.String(), want)

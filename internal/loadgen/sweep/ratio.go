@@ -129,6 +129,11 @@ type Pair struct {
 	// per call in the no-op run and in the node run: what the answers'
 	// pattern costs the caller.
 	GenNoopCPU, GenNodeCPU time.Duration
+	// Read and write system calls per call (/proc/PID/io): the node's
+	// and the no-op server's, and the generator's in each run. How many
+	// answers one socket read or write carries is most of what a call
+	// costs on either side (zero where /proc could not be read).
+	NodeSys, NoopSys, GenNoopSys, GenNodeSys float64
 	// IdleNoop and IdleNode are the fractions of the machine's CPU time
 	// left idle in each run, StealNode the fraction the hypervisor took
 	// in the node run: a run with idle CPU was bound by latency, not by
@@ -167,9 +172,11 @@ func Summarize(pairs []Pair) (mean, lo, hi float64) {
 // WritePair writes pair i (from 1) as one line.
 func WritePair(w io.Writer, i int, p Pair) error {
 	_, err := fmt.Fprintf(w, "%d: no-op %.0f/s, node %.0f/s, ratio %.3f; CPU per call: node %.1f µs, redis %.1f µs, no-op %.1f µs, "+
-		"generator %.1f µs (no-op run) / %.1f µs (node run); machine idle %.0f %% / %.0f %%, steal %.0f %% (load %.2f)\n",
+		"generator %.1f µs (no-op run) / %.1f µs (node run); syscalls per call: node %.2f, no-op %.2f, generator %.2f / %.2f; "+
+		"machine idle %.0f %% / %.0f %%, steal %.0f %% (load %.2f)\n",
 		i, p.Noop, p.Node, p.Ratio(), micros(p.NodeCPU), micros(p.RedisCPU), micros(p.NoopCPU),
-		micros(p.GenNoopCPU), micros(p.GenNodeCPU), 100*p.IdleNoop, 100*p.IdleNode, 100*p.StealNode, p.Load)
+		micros(p.GenNoopCPU), micros(p.GenNodeCPU), p.NodeSys, p.NoopSys, p.GenNoopSys, p.GenNodeSys,
+		100*p.IdleNoop, 100*p.IdleNode, 100*p.StealNode, p.Load)
 	return err
 }
 
@@ -251,7 +258,7 @@ func Ratio(ctx context.Context, cfg RatioConfig) (pairs []Pair, err error) {
 	for i := 1; i <= cfg.Pairs; i++ {
 		var p Pair
 		self := os.Getpid()
-		cpu := cpuMeter{}
+		cpu := cpuMeter{cpu: map[int]time.Duration{}, sys: map[int]int64{}}
 		cpu.start(noop.pid(), self)
 		m0, _ := machineCPU()
 		if p.Noop, err = run(noopAddr, cfg.Measure); err != nil {
@@ -259,15 +266,17 @@ func Ratio(ctx context.Context, cfg RatioConfig) (pairs []Pair, err error) {
 		}
 		calls := p.Noop * cfg.Measure.Seconds()
 		p.NoopCPU, p.GenNoopCPU = cpu.perCall(noop.pid(), calls), cpu.perCall(self, calls)
+		p.NoopSys, p.GenNoopSys = cpu.syscallsPerCall(noop.pid(), calls), cpu.syscallsPerCall(self, calls)
 		m1, _ := machineCPU()
 		p.IdleNoop, _ = m0.share(m1)
-		cpu = cpuMeter{}
+		cpu = cpuMeter{cpu: map[int]time.Duration{}, sys: map[int]int64{}}
 		cpu.start(n.pid(), redisPid, self)
 		if p.Node, err = run(n.grpcAddr, cfg.Measure); err != nil {
 			return pairs, fmt.Errorf("node run %d: %w", i, err)
 		}
 		calls = p.Node * cfg.Measure.Seconds()
 		p.NodeCPU, p.RedisCPU, p.GenNodeCPU = cpu.perCall(n.pid(), calls), cpu.perCall(redisPid, calls), cpu.perCall(self, calls)
+		p.NodeSys, p.GenNodeSys = cpu.syscallsPerCall(n.pid(), calls), cpu.syscallsPerCall(self, calls)
 		m2, _ := machineCPU()
 		p.IdleNode, p.StealNode = m1.share(m2)
 		p.Load = loadAverage()
@@ -289,23 +298,31 @@ func Ratio(ctx context.Context, cfg RatioConfig) (pairs []Pair, err error) {
 	return pairs, nil
 }
 
-// cpuMeter is the CPU time of some processes at the start of a run.
-// Processes it cannot read (pid 0, no /proc) count as zero.
-type cpuMeter map[int]time.Duration
+// cpuMeter is the CPU time and the read and write system calls of some
+// processes at the start of a run. Processes it cannot read (pid 0, no
+// /proc) count as zero.
+type cpuMeter struct {
+	cpu map[int]time.Duration
+	sys map[int]int64
+}
 
 func (m cpuMeter) start(pids ...int) {
 	for _, pid := range pids {
-		if pid > 0 {
-			if d, err := processCPU(pid); err == nil {
-				m[pid] = d
-			}
+		if pid <= 0 {
+			continue
+		}
+		if d, err := processCPU(pid); err == nil {
+			m.cpu[pid] = d
+		}
+		if n, err := processSyscalls(pid); err == nil {
+			m.sys[pid] = n
 		}
 	}
 }
 
 // perCall is pid's CPU since start divided by calls.
 func (m cpuMeter) perCall(pid int, calls float64) time.Duration {
-	t0, ok := m[pid]
+	t0, ok := m.cpu[pid]
 	if !ok || calls <= 0 {
 		return 0
 	}
@@ -314,4 +331,18 @@ func (m cpuMeter) perCall(pid int, calls float64) time.Duration {
 		return 0
 	}
 	return time.Duration(float64(t1-t0) / calls)
+}
+
+// syscallsPerCall is pid's read and write system calls since start
+// divided by calls.
+func (m cpuMeter) syscallsPerCall(pid int, calls float64) float64 {
+	n0, ok := m.sys[pid]
+	if !ok || calls <= 0 {
+		return 0
+	}
+	n1, err := processSyscalls(pid)
+	if err != nil || n1 < n0 {
+		return 0
+	}
+	return float64(n1-n0) / calls
 }
