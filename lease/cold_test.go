@@ -92,13 +92,13 @@ func TestPacedKeyIsNotCold(t *testing.T) {
 	assert.Equal(t, exact, m.Stats().Exact)
 }
 
-// At the default ColdHits (4 Takes in a window of half the TTL) a key
-// checked 2.5 times a second never leases, however long it runs; one
-// checked 4 times a second leases at its fourth Take, and stays leased.
+// At ColdHits 4 (4 Takes in a window of half the TTL) a key checked 2.5
+// times a second never leases, however long it runs; one checked 4 times
+// a second leases at its fourth Take, and stays leased.
 func TestColdKeyNeedsHitsToLease(t *testing.T) {
 	clk := NewManualClock()
 	src := newFake(clk)
-	m, err := New(Options{Source: src, Clock: clk, SweepEvery: -1, ColdExact: true})
+	m, err := New(Options{Source: src, Clock: clk, SweepEvery: -1, ColdExact: true, ColdHits: 4})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	lim := newLimit(t, m, spec(100, time.Second, 100), Config{TargetPeriod: time.Second, TTL: 2 * time.Second}, false)
@@ -127,4 +127,34 @@ func TestColdKeyNeedsHitsToLease(t *testing.T) {
 	assert.Positive(t, m.Stats().Calls)
 	_, err = New(Options{Source: src, ColdHits: 256})
 	assert.ErrorContains(t, err, "ColdHits")
+}
+
+// At the default (DefaultColdHits, 16 Takes in half a 2 s TTL) a key at
+// 10 checks a second, like thousands of warm tenants that leasing cannot
+// help, is always decided exactly; one at 20 a second leases at its 16th.
+func TestDefaultColdHitsLeaveWarmKeysExact(t *testing.T) {
+	clk := NewManualClock()
+	src := newFake(clk)
+	m, err := New(Options{Source: src, Clock: clk, SweepEvery: -1, ColdExact: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	lim := newLimit(t, m, spec(1000, time.Second, 1000), Config{TargetPeriod: time.Second, TTL: 2 * time.Second}, false)
+	ctx := context.Background()
+	take := func(subj string) Result {
+		r, err := m.Take(ctx, lim, []byte(subj), 1)
+		require.NoError(t, err)
+		waitIdle(t, m)
+		return r
+	}
+	for i := range 100 {
+		assert.True(t, take("warm").Exact, "take %d at 10/s", i)
+		clk.Advance(100 * time.Millisecond)
+	}
+	assert.Zero(t, m.Stats().Calls, "no lease call for a key at 10/s")
+	for i := range DefaultColdHits - 1 {
+		assert.True(t, take("hot").Exact, "take %d at 20/s", i)
+		clk.Advance(50 * time.Millisecond)
+	}
+	assert.False(t, take("hot").Exact, "the 16th take at 20/s leases")
+	assert.Positive(t, m.Stats().Calls)
 }

@@ -74,7 +74,7 @@ const (
 	// decisions under load on a healthy Redis; issue 12).
 	MinMaxWait = 500 * time.Millisecond
 	// DefaultColdHits is Options.ColdHits when zero.
-	DefaultColdHits = 4
+	DefaultColdHits = 16
 )
 
 // Options configure a Manager.
@@ -124,7 +124,8 @@ type Options struct {
 	ColdExact bool
 	// ColdHits is how many Takes within one window of half the lease TTL
 	// make a cold key warm (ColdExact): at the default TTL of 2 s and
-	// DefaultColdHits, a key leases once it shows about 4 checks a second.
+	// DefaultColdHits, a key leases once it shows about 16 checks a second
+	// (docs/benchmarks.md, "Warm keys: a count, not one interval").
 	// Zero means DefaultColdHits; at most 255.
 	ColdHits int
 	Logger   *slog.Logger
@@ -199,8 +200,8 @@ func New(opts Options) (*Manager, error) {
 	if opts.ColdHits <= 0 {
 		opts.ColdHits = DefaultColdHits
 	}
-	if opts.ColdHits > maxColdHits {
-		return nil, fmt.Errorf("lease: ColdHits %d: at most %d", opts.ColdHits, maxColdHits)
+	if opts.ColdHits > MaxColdHits {
+		return nil, fmt.Errorf("lease: ColdHits %d: at most %d", opts.ColdHits, MaxColdHits)
 	}
 	m := &Manager{
 		src:      opts.Source,
@@ -466,12 +467,12 @@ func (m *Manager) cold(e *entry, lim *Limit, now int64) bool {
 	}
 }
 
-// seenHits masks the Take count in entry.seen; maxColdHits is the most
-// it holds.
-const (
-	seenHits    = 0xff
-	maxColdHits = seenHits
-)
+// seenHits masks the Take count in entry.seen.
+const seenHits = 0xff
+
+// MaxColdHits is the largest Options.ColdHits: the count a key's entry
+// holds in its low 8 bits.
+const MaxColdHits = seenHits
 
 // GiveBack returns the tokens of an allowed Take to this node's lease,
 // for a request another limit denied.

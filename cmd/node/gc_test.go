@@ -87,3 +87,13 @@ func TestNegativeMaxProcsRefused(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "--gomaxprocs -1")
 }
+
+// --lease-cold-hits outside 1-255 is refused before the node starts (the
+// count lives in 8 bits of a key's entry; 0 would lease every key at once).
+func TestLeaseColdHitsRange(t *testing.T) {
+	for _, v := range []string{"0", "-3", "256"} {
+		err := run([]string{"--lease-cold-hits", v, "--policies", "/nonexistent"})
+		require.Error(t, err, v)
+		assert.Contains(t, err.Error(), "--lease-cold-hits "+v+": want 1 to 255")
+	}
+}

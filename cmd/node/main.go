@@ -64,6 +64,7 @@ func run(args []string) error {
 	leaseTarget := fs.Duration("lease-target-period", lease.DefaultTargetPeriod, "leased policies: a grant is a key's recent rate times this (longer: fewer Redis calls, more tokens parked per node)")
 	leaseTTL := fs.Duration("lease-ttl", lease.DefaultTTL, "leased policies: leased tokens are void this long after the lease was asked for; overshoot is at most rate x ttl")
 	leaseLow := fs.Float64("lease-low-watermark", lease.DefaultLowWatermark, "leased policies: refill when this fraction of the last grant is left (higher: fewer waits, more held)")
+	leaseColdHits := fs.Int("lease-cold-hits", lease.DefaultColdHits, "leased policies: a key is decided exactly (one Redis check each) until it shows this many checks within half --lease-ttl, and leases from then on (higher: fewer leases for keys at a few checks a second; 1-255)")
 	leaseShare := fs.Float64("lease-max-share", lease.DefaultMaxShare, "leased policies: one grant is at most this fraction of the burst (lower: fairer between nodes, more calls)")
 	metricsAddr := fs.String("metrics-addr", "", "listen address of GET /metrics (Prometheus); empty serves /metrics on --http-addr")
 	maxInFlight := fs.Int("max-inflight", node.DefaultMaxInFlight, "most checks decided at once (every face; batch items count one at a time); more are shed at once: UNAVAILABLE (HTTP 503) \"node overloaded\", counted as outcome shed; negative: no bound")
@@ -95,6 +96,9 @@ func run(args []string) error {
 		return fmt.Errorf("--gomaxprocs %d: want 0 (Go's default) or a positive count", *maxProcs)
 	}
 	setMaxProcs(fs, *maxProcs, log)
+	if *leaseColdHits < 1 || *leaseColdHits > lease.MaxColdHits {
+		return fmt.Errorf("--lease-cold-hits %d: want 1 to %d", *leaseColdHits, lease.MaxColdHits)
+	}
 	tr, err := transport(log)
 	if err != nil {
 		return err
@@ -131,16 +135,17 @@ func run(args []string) error {
 			TenantHeader:   *tenantHeader,
 			TrustedProxies: proxies,
 		},
-		CheckTimeout: *checkTimeout,
-		Lease:        lease.Config{TargetPeriod: *leaseTarget, TTL: *leaseTTL, LowWatermark: *leaseLow, MaxShare: *leaseShare},
-		Resilience:   res(),
-		MultiRegion:  multi(),
-		Transport:    tr,
-		Telemetry:    tel,
-		MetricsAddr:  *metricsAddr,
-		Pprof:        *pprofOn,
-		MaxInFlight:  *maxInFlight,
-		DrainPeriod:  *drain,
+		CheckTimeout:  *checkTimeout,
+		Lease:         lease.Config{TargetPeriod: *leaseTarget, TTL: *leaseTTL, LowWatermark: *leaseLow, MaxShare: *leaseShare},
+		LeaseColdHits: *leaseColdHits,
+		Resilience:    res(),
+		MultiRegion:   multi(),
+		Transport:     tr,
+		Telemetry:     tel,
+		MetricsAddr:   *metricsAddr,
+		Pprof:         *pprofOn,
+		MaxInFlight:   *maxInFlight,
+		DrainPeriod:   *drain,
 		GRPCLimits: node.GRPCLimits{
 			MaxConnections:   *grpcMaxConns,
 			MaxStreams:       uint32(min(*grpcMaxStreams, math.MaxUint32)),

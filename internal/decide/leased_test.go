@@ -171,7 +171,7 @@ func TestColdLeasedKeyDecidedExactly(t *testing.T) {
 	st, err := region.Open(context.Background(), []string{redistest.Server(t).Addr}, region.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
-	m, err := lease.New(lease.Options{Source: st, ColdExact: true})
+	m, err := lease.New(lease.Options{Source: st, ColdExact: true, ColdHits: 4})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	set, err := policy.Load("test", []byte(leasedPolicies))
@@ -200,7 +200,7 @@ func TestColdLeasedKeyDecidedExactly(t *testing.T) {
 	assert.Positive(t, m.Stats().Calls, "then leased")
 	assert.False(t, dec.Statuses[0].Exact, "a leased decision is not exact")
 	assert.Equal(t, 10, allowed, "exact and leased admissions share the bucket: exactly the burst")
-	assert.Equal(t, int64(lease.DefaultColdHits-1), m.Stats().Exact)
+	assert.Equal(t, int64(3), m.Stats().Exact)
 
 	// A cold leased key next to an exact policy: both go in one store call,
 	// and the exact limit still decides the 4th request.

@@ -279,7 +279,7 @@ func TestTracesSpanPerCheck(t *testing.T) {
 // and the shard's breaker is reported closed.
 func TestMetricsRedisLeasesAndBreakers(t *testing.T) {
 	srv := redistest.Server(t)
-	n, _ := startTelemetryNode(t, telemetry.Config{}, node.Config{Redis: []string{srv.Addr}})
+	n, _ := startTelemetryNode(t, telemetry.Config{}, node.Config{Redis: []string{srv.Addr}, LeaseColdHits: 4})
 	rl := grpcClient(t, n.Addr())
 	for range 4 {
 		_, err := rl.CheckRateLimit(context.Background(), &ratelimitv1.RateLimitRequest{TenantId: "r", Route: "/m/x"})
