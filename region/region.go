@@ -209,6 +209,7 @@ type Store struct {
 	psi    *psiFile // /proc/pressure/cpu, held open; closed by Close
 	cpu    *cpuPressure
 	hashes sync.Map // *redis.Script -> its hash as an EVALSHA argument (any), boxed once
+	specs  specArgs
 	stats  struct{ pipelines, calls, stalls, shed atomic.Int64 }
 }
 
@@ -478,7 +479,7 @@ func (s *Store) run(ctx context.Context, script *redis.Script, groups []algorith
 			continue
 		}
 		var err error
-		if keys[i], args[i], err = scriptArgs(g); err != nil {
+		if keys[i], args[i], err = s.specs.scriptArgs(g); err != nil {
 			return nil, fmt.Errorf("group %d: %w", i, err)
 		}
 	}
@@ -487,7 +488,7 @@ func (s *Store) run(ctx context.Context, script *redis.Script, groups []algorith
 
 // scriptArgs lays a group out as check.lua/refund.lua expect: the keys,
 // and 5 ARGV per key. It rejects what would silently misbehave in Redis.
-func scriptArgs(g algorithm.Group) ([]string, []any, error) {
+func (sa *specArgs) scriptArgs(g algorithm.Group) ([]string, []any, error) {
 	keys := make([]string, len(g))
 	args := make([]any, 0, len(g)*lua.ArgsPerKey)
 	tag := hashTag(g[0].Key)
@@ -510,9 +511,35 @@ func scriptArgs(g algorithm.Group) ([]string, []any, error) {
 			return nil, nil, fmt.Errorf("keys %q and %q do not share a hash tag", g[0].Key, it.Key)
 		}
 		keys[i] = it.Key
-		args = append(args, it.Spec.Algorithm.Code(), it.Spec.Limit, it.Spec.Period.Milliseconds(), it.Spec.Capacity(), it.Cost)
+		args = append(args, sa.of(it.Spec)...)
+		args = append(args, it.Cost)
 	}
 	return keys, args, nil
+}
+
+// specArgs boxes each spec's four script arguments (algorithm code,
+// limit, period in ms, burst) once: a check would otherwise allocate
+// three interface values per key, though a node's checks are of a few
+// policies. At most maxSpecArgs specs are kept (policies reload; a spec
+// past the bound is boxed per call, as before).
+type specArgs struct {
+	m sync.Map // algorithm.Spec -> []any
+	n atomic.Int32
+}
+
+const maxSpecArgs = 4096
+
+func (sa *specArgs) of(sp algorithm.Spec) []any {
+	if v, ok := sa.m.Load(sp); ok {
+		return v.([]any)
+	}
+	a := []any{sp.Algorithm.Code(), sp.Limit, sp.Period.Milliseconds(), sp.Capacity()}
+	if sa.n.Load() < maxSpecArgs {
+		if _, loaded := sa.m.LoadOrStore(sp, a); !loaded {
+			sa.n.Add(1)
+		}
+	}
+	return a
 }
 
 // hashTag is the part of key Redis Cluster hashes: the text between the
@@ -528,21 +555,32 @@ func hashTag(key string) string {
 
 // parseCheck turns check.lua's reply into a Result.
 func parseCheck(cmd *redis.Cmd, n int) (algorithm.Result, error) {
-	vals, err := cmd.Int64Slice()
+	// Read in place (not Int64Slice: a copy per check).
+	vals, err := cmd.Slice()
 	if err != nil {
 		return algorithm.Result{}, err
 	}
 	if len(vals) != 1+3*n {
 		return algorithm.Result{}, fmt.Errorf("check.lua returned %d values for %d keys", len(vals), n)
 	}
-	r := algorithm.Result{Allowed: vals[0] == 1, Items: make([]algorithm.ItemResult, n)}
-	for i := range n {
-		v := vals[1+3*i:]
-		r.Items[i] = algorithm.ItemResult{
-			Remaining:  v[0],
-			RetryAfter: micros(v[1]),
-			ResetAfter: micros(v[2]),
+	var bad error
+	num := func(i int) int64 {
+		v, ok := vals[i].(int64)
+		if !ok && bad == nil {
+			bad = fmt.Errorf("check.lua returned %T %v at %d, want an integer", vals[i], vals[i], i)
 		}
+		return v
+	}
+	r := algorithm.Result{Allowed: num(0) == 1, Items: make([]algorithm.ItemResult, n)}
+	for i := range n {
+		r.Items[i] = algorithm.ItemResult{
+			Remaining:  num(1 + 3*i),
+			RetryAfter: micros(num(2 + 3*i)),
+			ResetAfter: micros(num(3 + 3*i)),
+		}
+	}
+	if bad != nil {
+		return algorithm.Result{}, bad
 	}
 	return r, nil
 }

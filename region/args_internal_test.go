@@ -1,0 +1,50 @@
+package region
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/allot-dev/allot/algorithm"
+)
+
+// A spec's script arguments are boxed once and shared by every check of
+// it; past maxSpecArgs distinct specs they are boxed per call, with the
+// same values, and the cache stops growing.
+func TestSpecArgsBoxedOnceAndBounded(t *testing.T) {
+	var sa specArgs
+	sp := algorithm.Spec{Algorithm: algorithm.TokenBucket, Limit: 1000, Period: time.Second, Burst: 500}
+	a, b := sa.of(sp), sa.of(sp)
+	assert.Equal(t, []any{sp.Algorithm.Code(), int64(1000), int64(1000), int64(500)}, a)
+	assert.Same(t, &a[0], &b[0], "one boxed copy per spec")
+	for i := range maxSpecArgs + 10 {
+		sp.Limit = int64(2000 + i)
+		got := sa.of(sp)
+		assert.Equal(t, sp.Limit, got[1])
+	}
+	assert.Equal(t, int32(maxSpecArgs), sa.n.Load())
+	n := 0
+	sa.m.Range(func(any, any) bool { n++; return true })
+	assert.Equal(t, maxSpecArgs, n)
+}
+
+// parseCheck reads the reply in place and refuses anything but integers
+// where check.lua puts them, instead of zeros.
+func TestParseCheckRefusesNonIntegers(t *testing.T) {
+	cmd := redis.NewCmd(context.Background())
+	cmd.SetVal([]any{int64(1), int64(9), int64(0), int64(-1)})
+	r, err := parseCheck(cmd, 1)
+	require.NoError(t, err)
+	assert.True(t, r.Allowed)
+	assert.Equal(t, algorithm.ItemResult{Remaining: 9, RetryAfter: 0, ResetAfter: algorithm.Never}, r.Items[0])
+
+	cmd.SetVal([]any{int64(1), "9", int64(0), int64(0)})
+	_, err = parseCheck(cmd, 1)
+	assert.ErrorContains(t, err, "want an integer")
+	_, err = parseCheck(cmd, 2)
+	assert.ErrorContains(t, err, "4 values for 2 keys")
+}
