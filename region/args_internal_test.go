@@ -18,18 +18,42 @@ import (
 func TestSpecArgsBoxedOnceAndBounded(t *testing.T) {
 	var sa specArgs
 	sp := algorithm.Spec{Algorithm: algorithm.TokenBucket, Limit: 1000, Period: time.Second, Burst: 500}
-	a, b := sa.of(sp), sa.of(sp)
+	a, err := sa.of(sp)
+	require.NoError(t, err)
+	b, err := sa.of(sp)
+	require.NoError(t, err)
 	assert.Equal(t, []any{sp.Algorithm.Code(), int64(1000), int64(1000), int64(500)}, a)
 	assert.Same(t, &a[0], &b[0], "one boxed copy per spec")
 	for i := range maxSpecArgs + 10 {
 		sp.Limit = int64(2000 + i)
-		got := sa.of(sp)
+		got, err := sa.of(sp)
+		require.NoError(t, err)
 		assert.Equal(t, sp.Limit, got[1])
 	}
 	assert.Equal(t, int32(maxSpecArgs), sa.n.Load())
 	n := 0
 	sa.m.Range(func(any, any) bool { n++; return true })
 	assert.Equal(t, maxSpecArgs, n)
+}
+
+// Only a valid spec is kept: an invalid one is refused on every call
+// (Validate's error), never boxed, and takes no room in the table, so a
+// kept spec can skip Validate.
+func TestSpecArgsKeepOnlyValidSpecs(t *testing.T) {
+	var sa specArgs
+	bad := algorithm.Spec{Algorithm: algorithm.TokenBucket, Limit: 10, Period: 1500 * time.Microsecond}
+	for range 3 {
+		a, err := sa.of(bad)
+		assert.ErrorContains(t, err, "whole number of milliseconds")
+		assert.Nil(t, a)
+	}
+	assert.Equal(t, int32(0), sa.n.Load())
+	_, kept := sa.m.Load(bad)
+	assert.False(t, kept)
+
+	// Through the store's layout too: the key is named.
+	_, _, err := sa.scriptArgs(algorithm.Group{{Key: "k", Spec: bad, Cost: 1}})
+	assert.ErrorContains(t, err, `key "k"`)
 }
 
 // parseCheck reads the reply in place and refuses anything but integers

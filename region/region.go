@@ -493,9 +493,8 @@ func (sa *specArgs) scriptArgs(g algorithm.Group) ([]string, []any, error) {
 	args := make([]any, 0, len(g)*lua.ArgsPerKey)
 	tag := hashTag(g[0].Key)
 	for i, it := range g {
-		// Validate also rejects sub-millisecond periods: the scripts take
-		// milliseconds, and Redis and package algorithm would disagree.
-		if err := it.Spec.Validate(); err != nil {
+		sp, err := sa.of(it.Spec)
+		if err != nil {
 			return nil, nil, fmt.Errorf("key %q: %w", it.Key, err)
 		}
 		switch {
@@ -511,7 +510,7 @@ func (sa *specArgs) scriptArgs(g algorithm.Group) ([]string, []any, error) {
 			return nil, nil, fmt.Errorf("keys %q and %q do not share a hash tag", g[0].Key, it.Key)
 		}
 		keys[i] = it.Key
-		args = append(args, sa.of(it.Spec)...)
+		args = append(args, sp...)
 		args = append(args, it.Cost)
 	}
 	return keys, args, nil
@@ -520,8 +519,10 @@ func (sa *specArgs) scriptArgs(g algorithm.Group) ([]string, []any, error) {
 // specArgs boxes each spec's four script arguments (algorithm code,
 // limit, period in ms, burst) once: a check would otherwise allocate
 // three interface values per key, though a node's checks are of a few
-// policies. At most maxSpecArgs specs are kept (policies reload; a spec
-// past the bound is boxed per call, as before).
+// policies. Only specs that passed Validate are kept, so a kept spec is
+// not validated again (Validate's checks were a fiftieth of a busy node's
+// CPU). At most maxSpecArgs specs are kept (policies reload; a spec past
+// the bound is validated and boxed per call, as before).
 type specArgs struct {
 	m sync.Map // algorithm.Spec -> []any
 	n atomic.Int32
@@ -529,9 +530,15 @@ type specArgs struct {
 
 const maxSpecArgs = 4096
 
-func (sa *specArgs) of(sp algorithm.Spec) []any {
+// of returns sp's boxed script arguments, or Validate's error. Validate
+// also rejects sub-millisecond periods: the scripts take milliseconds,
+// and Redis and package algorithm would disagree.
+func (sa *specArgs) of(sp algorithm.Spec) ([]any, error) {
 	if v, ok := sa.m.Load(sp); ok {
-		return v.([]any)
+		return v.([]any), nil
+	}
+	if err := sp.Validate(); err != nil {
+		return nil, err
 	}
 	a := []any{sp.Algorithm.Code(), sp.Limit, sp.Period.Milliseconds(), sp.Capacity()}
 	if sa.n.Load() < maxSpecArgs {
@@ -539,7 +546,7 @@ func (sa *specArgs) of(sp algorithm.Spec) []any {
 			sa.n.Add(1)
 		}
 	}
-	return a
+	return a, nil
 }
 
 // hashTag is the part of key Redis Cluster hashes: the text between the
