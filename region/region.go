@@ -520,9 +520,9 @@ func (sa *specArgs) scriptArgs(g algorithm.Group) ([]string, []any, error) {
 // limit, period in ms, burst) once: a check would otherwise allocate
 // three interface values per key, though a node's checks are of a few
 // policies. Only specs that passed Validate are kept, so a kept spec is
-// not validated again (Validate's checks were a fiftieth of a busy node's
-// CPU). At most maxSpecArgs specs are kept (policies reload; a spec past
-// the bound is validated and boxed per call, as before).
+// not validated again per check. At most maxSpecArgs specs are kept
+// (policies reload; a spec past the bound is validated and boxed per
+// call, as before).
 type specArgs struct {
 	m sync.Map // algorithm.Spec -> []any
 	n atomic.Int32
