@@ -141,3 +141,36 @@ func TestInFlightLimit(t *testing.T) {
 		return err == nil
 	}, 10*time.Second, 10*time.Millisecond, "the slot came back")
 }
+
+// Calls that take an in-flight slot but never reach a handler (an unknown
+// method; a message refused from its length prefix) do not keep it: with
+// room for one call, the next check is served.
+func TestInFlightSlotOfACallThatNeverReachedAHandler(t *testing.T) {
+	n := startLimited(t, node.GRPCLimits{MaxInFlight: 1})
+	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
+	require.NoError(t, err)
+	defer conn.Close()
+	c := ratelimitv1.NewRateLimiterServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	servedAgain := func(what string) {
+		t.Helper()
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			_, err := c.CheckRateLimit(ctx, &ratelimitv1.RateLimitRequest{TenantId: "t"})
+			assert.NoError(ct, err)
+		}, 10*time.Second, 5*time.Millisecond, "a check is served after %s", what)
+	}
+
+	for range 3 {
+		err = conn.Invoke(ctx, "/allot.nosuch.v1.Service/Nothing", &ratelimitv1.RateLimitRequest{}, &ratelimitv1.RateLimitResponse{})
+		require.Equal(t, codes.Unimplemented, status.Code(err), "%v", err)
+		servedAgain("an unknown method")
+	}
+	over := &ratelimitv1.RateLimitRequest{TenantId: "t", Route: strings.Repeat("x", server.MaxMessageBytes)}
+	for range 3 {
+		_, err = c.CheckRateLimit(ctx, over)
+		require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+		servedAgain("a message refused while read")
+	}
+}

@@ -1,0 +1,146 @@
+package node
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+)
+
+// stepClock is a clock tests move by hand.
+type stepClock struct{ t time.Time }
+
+func (c *stepClock) now() time.Time       { return c.t }
+func (c *stepClock) step(d time.Duration) { c.t = c.t.Add(d) }
+func newStepClock() *stepClock            { return &stepClock{t: time.Unix(1e9, 0)} }
+func call() (context.Context, func())     { return context.WithCancel(context.Background()) }
+func refused(t *testing.T, err error) {
+	t.Helper()
+	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	assert.Contains(t, err.Error(), "overloaded")
+}
+
+// A slot comes back when its handler returns, with no sweep.
+func TestInFlightSlotBackAtHandlerEnd(t *testing.T) {
+	clk := newStepClock()
+	f := newInFlight(2, clk.now)
+	a, stopA := call()
+	defer stopA()
+	b, stopB := call()
+	defer stopB()
+	ca, err := f.tap(a, &tap.Info{})
+	require.NoError(t, err)
+	_, err = f.tap(b, &tap.Info{})
+	require.NoError(t, err)
+	c, stopC := call()
+	defer stopC()
+	_, err = f.tap(c, &tap.Info{})
+	refused(t, err)
+
+	f.end(ca)
+	_, err = f.tap(c, &tap.Info{})
+	require.NoError(t, err, "the ended handler's slot is free")
+	assert.Equal(t, 1, f.sweeps, "only the refusal swept")
+}
+
+// A call that never reached a handler (its context ended, no end) has its
+// slot reclaimed by the sweep a full table runs, at most once per
+// sweepEvery.
+func TestInFlightSweepReclaimsEndedCalls(t *testing.T) {
+	clk := newStepClock()
+	f := newInFlight(1, clk.now)
+	a, stopA := call()
+	_, err := f.tap(a, &tap.Info{})
+	require.NoError(t, err)
+
+	b, stopB := call()
+	defer stopB()
+	_, err = f.tap(b, &tap.Info{})
+	refused(t, err) // a is still in progress: the sweep finds nothing
+	require.Equal(t, 1, f.sweeps)
+
+	stopA() // a's stream ended without reaching a handler
+	_, err = f.tap(b, &tap.Info{})
+	refused(t, err)
+	assert.Equal(t, 1, f.sweeps, "no second sweep within sweepEvery")
+
+	clk.step(sweepEvery)
+	_, err = f.tap(b, &tap.Info{})
+	require.NoError(t, err, "the sweep reclaimed the ended call's slot")
+	assert.Equal(t, 2, f.sweeps)
+}
+
+// A handler whose slot a sweep reclaimed (its context ended while it
+// ran) does not give back the slot again: that would free the slot of
+// the call it was re-issued to.
+func TestInFlightReclaimedSlotIsNotFreedTwice(t *testing.T) {
+	clk := newStepClock()
+	f := newInFlight(1, clk.now)
+	a, stopA := call()
+	ca, err := f.tap(a, &tap.Info{})
+	require.NoError(t, err)
+	stopA()
+	b, stopB := call()
+	defer stopB()
+	_, err = f.tap(b, &tap.Info{})
+	require.NoError(t, err, "a's ended call was reclaimed for b")
+
+	f.end(ca) // a's handler returns late
+	c, stopC := call()
+	defer stopC()
+	clk.step(sweepEvery)
+	_, err = f.tap(c, &tap.Info{})
+	refused(t, err) // b still holds the only slot
+}
+
+// Many calls at once, some ending through their handler, some only
+// through their context: never more slots taken than the cap, and every
+// slot free once all calls have ended.
+func TestInFlightStress(t *testing.T) {
+	const slots, workers, calls = 8, 16, 2000
+	f := newInFlight(slots, time.Now)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 1))
+			for range calls {
+				ctx, cancel := call()
+				c, err := f.tap(ctx, &tap.Info{})
+				if err != nil {
+					cancel()
+					continue
+				}
+				f.mu.Lock()
+				inUse := len(f.slots) - len(f.free)
+				f.mu.Unlock()
+				if inUse > slots || inUse < 1 {
+					t.Errorf("%d slots in use of %d", inUse, slots)
+				}
+				switch r.IntN(3) {
+				case 0: // the usual call: handler returns, then the stream ends
+					f.end(c)
+					cancel()
+				case 1: // never reached a handler
+					cancel()
+				default: // client went away while the handler ran
+					cancel()
+					f.end(c)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	f.mu.Lock()
+	f.lastSweep = time.Time{}
+	f.sweepLocked()
+	free := len(f.free)
+	f.mu.Unlock()
+	assert.Equal(t, slots, free, "every slot is free once every call has ended")
+}
