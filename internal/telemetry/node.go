@@ -60,14 +60,67 @@ func (t *Telemetry) ObserveCheck(ctx context.Context, face string, d *decide.Dec
 			policy = d.PolicyID
 		}
 	}
-	t.decisions.Add(ctx, 1, t.option("policy", policy, "outcome", out).add...)
+	po := t.policyOptions(policy)
+	t.decisions.Add(ctx, 1, po.outcome(t, policy, out).add...)
 	// Answers by on_store_failure (open, closed, the local fallback) are
 	// also allowed or throttled above; this counter is what says the
 	// region's count was not consulted, for dashboards and alerts.
 	if err == nil && d != nil && d.Degraded {
-		t.degraded.Add(ctx, 1, t.option("policy", policy, "", "").add...)
+		t.degraded.Add(ctx, 1, po.one.add...)
 	}
-	t.decisionDuration.Record(ctx, elapsed.Seconds(), t.option("face", face, "", "").rec...)
+	fo, ok := t.faces[face]
+	if !ok {
+		fo = t.option("face", face, "", "")
+	}
+	t.decisionDuration.Record(ctx, elapsed.Seconds(), fo.rec...)
+}
+
+// The label values a check's telemetry takes on every call have their
+// measurement options built once, in plain maps read without a lock
+// (faces, ops and results are fixed sets; a policy's outcomes are built
+// when the policy is first seen). The general cache, option, hashes a key
+// of four strings through an interface on every lookup: four lookups
+// were a third of a check's telemetry (BenchmarkObserveCheck).
+var (
+	checkFaces   = []string{"grpc", "http", "envoy"}
+	redisOps     = []string{"take", "refund", "lease", "return"}
+	redisResults = []string{ResultOK, ResultError, ResultTimeout, ResultUnavailable, ResultShed}
+	outcomes     = []string{OutcomeAllowed, OutcomeThrottled, OutcomeFailedOpen, OutcomeError, OutcomeShed, "unknown"}
+)
+
+// labelOptions are the options of one label value (policy=P, op=O) and
+// of it paired with each value of a second, fixed label (outcome=...,
+// result=...). Read-only once built.
+type labelOptions struct {
+	one   options // the first label alone
+	pairs map[string]options
+}
+
+func (t *Telemetry) newLabelOptions(ka, a, kb string, bs []string) *labelOptions {
+	lo := &labelOptions{one: t.option(ka, a, "", ""), pairs: make(map[string]options, len(bs))}
+	for _, b := range bs {
+		lo.pairs[b] = t.option(ka, a, kb, b)
+	}
+	return lo
+}
+
+// outcome is the options of policy=P, outcome=out.
+func (lo *labelOptions) outcome(t *Telemetry, policy, out string) options {
+	if o, ok := lo.pairs[out]; ok {
+		return o
+	}
+	return t.option("policy", policy, "outcome", out)
+}
+
+// policyOptions is policy's options, built on first sight. Policies are
+// bounded by the loaded files (and every policy ever loaded stays, as
+// its series do).
+func (t *Telemetry) policyOptions(policy string) *labelOptions {
+	if lo, ok := t.policies.Load(policy); ok {
+		return lo.(*labelOptions)
+	}
+	lo, _ := t.policies.LoadOrStore(policy, t.newLabelOptions("policy", policy, "outcome", outcomes))
+	return lo.(*labelOptions)
 }
 
 // Redis result label values of allot_redis_calls_total.
@@ -86,8 +139,14 @@ func (t *Telemetry) ObserveRedis(ctx context.Context, op string, err error, elap
 		return
 	}
 	result := redisResult(err)
-	t.redisCalls.Add(ctx, 1, t.option("op", op, "result", result).add...)
-	t.redisDuration.Record(ctx, elapsed.Seconds(), t.option("op", op, "", "").rec...)
+	var calls, dur options
+	if lo, ok := t.ops[op]; ok {
+		calls, dur = lo.pairs[result], lo.one
+	} else {
+		calls, dur = t.option("op", op, "result", result), t.option("op", op, "", "")
+	}
+	t.redisCalls.Add(ctx, 1, calls.add...)
+	t.redisDuration.Record(ctx, elapsed.Seconds(), dur.rec...)
 	t.redisSpan(ctx, op, result, err, elapsed)
 }
 

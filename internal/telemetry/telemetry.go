@@ -88,6 +88,11 @@ type Telemetry struct {
 	// A sync.Map (attrKey → options): its reads take no lock, where an
 	// RWMutex's read lock is a shared write on every decision.
 	attrs sync.Map
+	// The hot label sets (node.go): built in New, then read-only, but
+	// policies, which a reload can add to.
+	faces    map[string]options
+	ops      map[string]*labelOptions
+	policies sync.Map // policy ID → *labelOptions
 
 	mu   sync.Mutex
 	regs []metric.Registration // observable callbacks, unregistered by Shutdown
@@ -132,6 +137,14 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 	t.meter = t.meters.Meter(ScopeName)
 	if err := t.instruments(); err != nil {
 		return nil, errors.Join(err, t.meters.Shutdown(ctx))
+	}
+	t.faces = make(map[string]options, len(checkFaces))
+	for _, f := range checkFaces {
+		t.faces[f] = t.option("face", f, "", "")
+	}
+	t.ops = make(map[string]*labelOptions, len(redisOps))
+	for _, op := range redisOps {
+		t.ops[op] = t.newLabelOptions("op", op, "result", redisResults)
 	}
 	switch {
 	case cfg.SpanExporter != nil:

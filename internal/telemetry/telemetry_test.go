@@ -203,3 +203,35 @@ func BenchmarkObserveCheck(b *testing.B) {
 		})
 	}
 }
+
+// The prebuilt label sets (faces, ops and results, a policy's outcomes)
+// and the general cache behind them give the same series: values outside
+// the fixed sets are recorded too, under their own labels.
+func TestObserveLabelsInAndOutsideTheFixedSets(t *testing.T) {
+	tel := newTel(t, telemetry.Config{})
+	ctx := context.Background()
+	tel.ObserveCheck(ctx, "grpc", &decide.Decision{Outcome: decide.Allowed, PolicyID: "p"}, nil, time.Millisecond)
+	tel.ObserveCheck(ctx, "grpc", &decide.Decision{Outcome: decide.Throttled, PolicyID: "p"}, nil, time.Millisecond)
+	tel.ObserveCheck(ctx, "batch", &decide.Decision{Outcome: decide.Outcome(99), PolicyID: "q"}, nil, time.Millisecond)
+	tel.ObserveCheck(ctx, "http", nil, errors.New("bad input"), time.Millisecond)
+	tel.ObserveRedis(ctx, "take", nil, time.Millisecond)
+	tel.ObserveRedis(ctx, "sweep", nil, time.Millisecond)
+	fams := scrape(t, tel)
+	labels := func(name string) map[string]uint64 {
+		out := map[string]uint64{}
+		for _, m := range fams[name].GetMetric() {
+			k := ""
+			for _, l := range m.GetLabel() {
+				k += l.GetName() + "=" + l.GetValue() + ","
+			}
+			out[k] = uint64(m.GetCounter().GetValue()) + m.GetHistogram().GetSampleCount()
+		}
+		return out
+	}
+	assert.Equal(t, map[string]uint64{
+		"outcome=allowed,policy=p,": 1, "outcome=throttled,policy=p,": 1, "outcome=unknown,policy=q,": 1, "outcome=error,policy=none,": 1,
+	}, labels("allot_decisions_total"))
+	assert.Equal(t, map[string]uint64{"face=grpc,": 2, "face=batch,": 1, "face=http,": 1}, labels("allot_decision_duration_seconds"))
+	assert.Equal(t, map[string]uint64{"op=take,result=ok,": 1, "op=sweep,result=ok,": 1}, labels("allot_redis_calls_total"))
+	assert.Equal(t, map[string]uint64{"op=take,": 1, "op=sweep,": 1}, labels("allot_redis_call_duration_seconds"))
+}
