@@ -272,7 +272,13 @@ func Ratio(ctx context.Context, cfg RatioConfig) (pairs []Pair, err error) {
 		cpu = cpuMeter{cpu: map[int]time.Duration{}, sys: map[int]int64{}}
 		cpu.start(n.pid(), redisPid, self)
 		if p.Node, err = run(n.grpcAddr, cfg.Measure); err != nil {
-			return pairs, fmt.Errorf("node run %d: %w", i, err)
+			// What the node logged (a stall judgement says what it was
+			// judged on) and the hypervisor's share, which neither the
+			// node nor the kernel's pressure figures see: the run's
+			// directory may be a temporary one, removed on return.
+			m2, _ := machineCPU()
+			_, steal := m1.share(m2)
+			return pairs, fmt.Errorf("node run %d (machine steal %.0f %%): %w; node log:\n%s", i, 100*steal, err, n.logTail())
 		}
 		calls = p.Node * cfg.Measure.Seconds()
 		p.NodeCPU, p.RedisCPU, p.GenNodeCPU = cpu.perCall(n.pid(), calls), cpu.perCall(redisPid, calls), cpu.perCall(self, calls)
