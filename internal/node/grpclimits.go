@@ -188,6 +188,14 @@ func (f *inFlight) end(ctx context.Context) {
 	f.mu.Unlock()
 }
 
+// serverOptions install the table: the tap, and the interceptors that
+// give slots back. They must come before any option that derives a
+// cancellable context for the handler: a handler's slot is matched by
+// its context's Done channel.
+func (f *inFlight) serverOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.InTapHandle(f.tap), grpc.ChainUnaryInterceptor(f.unary), grpc.ChainStreamInterceptor(f.stream)}
+}
+
 func (f *inFlight) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	defer f.end(ctx)
 	return h(ctx, req)
@@ -208,8 +216,7 @@ func (l GRPCLimits) serverOptions() []grpc.ServerOption {
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: l.IdleTimeout, Time: keepaliveTime, Timeout: keepaliveTimeout}),
 	}
 	if l.MaxInFlight > 0 {
-		f := newInFlight(l.MaxInFlight, time.Now)
-		opts = append(opts, grpc.InTapHandle(f.tap), grpc.ChainUnaryInterceptor(f.unary), grpc.ChainStreamInterceptor(f.stream))
+		opts = append(opts, newInFlight(l.MaxInFlight, time.Now).serverOptions()...)
 	}
 	return opts
 }

@@ -3,13 +3,18 @@ package node
 import (
 	"context"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 )
@@ -143,4 +148,36 @@ func TestInFlightStress(t *testing.T) {
 	free := len(f.free)
 	f.mu.Unlock()
 	assert.Equal(t, slots, free, "every slot is free once every call has ended")
+}
+
+// Through a real gRPC server, calls with and without a deadline give
+// their slot back as their handler returns: grpc-go's stream context
+// (whose Done channel the slot keeps) is the one the handler sees, so no
+// sweep is ever needed for calls that reach a handler.
+func TestInFlightFastPathThroughGRPC(t *testing.T) {
+	const slots = 4
+	f := newInFlight(slots, time.Now)
+	srv := grpc.NewServer(f.serverOptions()...)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	c := healthpb.NewHealthClient(conn)
+	for i := range 3 * slots {
+		ctx, cancel := context.Background(), func() {}
+		if i%2 == 0 {
+			ctx, cancel = context.WithTimeout(ctx, 30*time.Second) // a grpc-timeout header
+		}
+		_, err := c.Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		require.NoError(t, err, "call %d", i)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	assert.Len(t, f.free, slots, "every slot is back")
+	assert.Zero(t, f.sweeps, "without a sweep")
 }
