@@ -17,15 +17,12 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
+
+	"github.com/allot-dev/allot/internal/fakeclock"
 )
 
-// stepClock is a clock tests move by hand.
-type stepClock struct{ t time.Time }
-
-func (c *stepClock) now() time.Time       { return c.t }
-func (c *stepClock) step(d time.Duration) { c.t = c.t.Add(d) }
-func newStepClock() *stepClock            { return &stepClock{t: time.Unix(1e9, 0)} }
-func call() (context.Context, func())     { return context.WithCancel(context.Background()) }
+func newClock() *fakeclock.Clock      { return fakeclock.New(time.Unix(1e9, 0)) }
+func call() (context.Context, func()) { return context.WithCancel(context.Background()) }
 func refused(t *testing.T, err error) {
 	t.Helper()
 	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
@@ -34,8 +31,8 @@ func refused(t *testing.T, err error) {
 
 // A slot comes back when its handler returns, with no sweep.
 func TestInFlightSlotBackAtHandlerEnd(t *testing.T) {
-	clk := newStepClock()
-	f := newInFlight(2, clk.now)
+	clk := newClock()
+	f := newInFlight(2, clk.Now)
 	a, stopA := call()
 	defer stopA()
 	b, stopB := call()
@@ -59,8 +56,8 @@ func TestInFlightSlotBackAtHandlerEnd(t *testing.T) {
 // slot reclaimed by the sweep a full table runs, at most once per
 // sweepEvery.
 func TestInFlightSweepReclaimsEndedCalls(t *testing.T) {
-	clk := newStepClock()
-	f := newInFlight(1, clk.now)
+	clk := newClock()
+	f := newInFlight(1, clk.Now)
 	a, stopA := call()
 	_, err := f.tap(a, &tap.Info{})
 	require.NoError(t, err)
@@ -76,7 +73,7 @@ func TestInFlightSweepReclaimsEndedCalls(t *testing.T) {
 	refused(t, err)
 	assert.Equal(t, 1, f.sweeps, "no second sweep within sweepEvery")
 
-	clk.step(sweepEvery)
+	clk.Advance(sweepEvery)
 	_, err = f.tap(b, &tap.Info{})
 	require.NoError(t, err, "the sweep reclaimed the ended call's slot")
 	assert.Equal(t, 2, f.sweeps)
@@ -86,8 +83,8 @@ func TestInFlightSweepReclaimsEndedCalls(t *testing.T) {
 // ran) does not give back the slot again: that would free the slot of
 // the call it was re-issued to.
 func TestInFlightReclaimedSlotIsNotFreedTwice(t *testing.T) {
-	clk := newStepClock()
-	f := newInFlight(1, clk.now)
+	clk := newClock()
+	f := newInFlight(1, clk.Now)
 	a, stopA := call()
 	ca, err := f.tap(a, &tap.Info{})
 	require.NoError(t, err)
@@ -100,7 +97,7 @@ func TestInFlightReclaimedSlotIsNotFreedTwice(t *testing.T) {
 	f.end(ca) // a's handler returns late
 	c, stopC := call()
 	defer stopC()
-	clk.step(sweepEvery)
+	clk.Advance(sweepEvery)
 	_, err = f.tap(c, &tap.Info{})
 	refused(t, err) // b still holds the only slot
 }

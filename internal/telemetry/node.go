@@ -61,7 +61,7 @@ func (t *Telemetry) ObserveCheck(ctx context.Context, face string, d *decide.Dec
 		}
 	}
 	po := t.policyOptions(policy)
-	t.decisions.Add(ctx, 1, po.outcome(t, policy, out).add...)
+	t.decisions.Add(ctx, 1, t.pair(po, "policy", policy, "outcome", out).add...)
 	// Answers by on_store_failure (open, closed, the local fallback) are
 	// also allowed or throttled above; this counter is what says the
 	// region's count was not consulted, for dashboards and alerts.
@@ -104,12 +104,13 @@ func (t *Telemetry) newLabelOptions(ka, a, kb string, bs []string) *labelOptions
 	return lo
 }
 
-// outcome is the options of policy=P, outcome=out.
-func (lo *labelOptions) outcome(t *Telemetry, policy, out string) options {
-	if o, ok := lo.pairs[out]; ok {
+// pair is the options of ka=a, kb=b, where lo is a's: prebuilt when b is
+// one of lo's values, else from the general cache.
+func (t *Telemetry) pair(lo *labelOptions, ka, a, kb, b string) options {
+	if o, ok := lo.pairs[b]; ok {
 		return o
 	}
-	return t.option("policy", policy, "outcome", out)
+	return t.option(ka, a, kb, b)
 }
 
 // policyOptions is policy's options, built on first sight. Policies are
@@ -139,12 +140,11 @@ func (t *Telemetry) ObserveRedis(ctx context.Context, op string, err error, elap
 		return
 	}
 	result := redisResult(err)
-	var calls, dur options
-	if lo, ok := t.ops[op]; ok {
-		calls, dur = lo.pairs[result], lo.one
-	} else {
-		calls, dur = t.option("op", op, "result", result), t.option("op", op, "", "")
+	lo, ok := t.ops[op]
+	if !ok {
+		lo = &labelOptions{one: t.option("op", op, "", "")}
 	}
+	calls, dur := t.pair(lo, "op", op, "result", result), lo.one
 	t.redisCalls.Add(ctx, 1, calls.add...)
 	t.redisDuration.Record(ctx, elapsed.Seconds(), dur.rec...)
 	t.redisSpan(ctx, op, result, err, elapsed)
