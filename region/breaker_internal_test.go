@@ -235,3 +235,66 @@ func TestBreakerClosesOnTheStalledPipelinesAnswer(t *testing.T) {
 	assert.Equal(t, BreakerClosed, b.state)
 	assert.Equal(t, uint64(0), b.probeFailures)
 }
+
+func TestParseStat(t *testing.T) {
+	v, ok := parseStat("cpu  20432 0 8474 32300 4303 0 302 17 5 0\ncpu0 9892 0 3787 18666 414 0 136 9 0 0\n")
+	require.True(t, ok)
+	assert.Equal(t, cpuTimes{steal: 17, all: 20432 + 8474 + 32300 + 4303 + 302 + 17}, v, "guest time is inside user: not added")
+	v, ok = parseStat("cpu  1 2 3 4 5 6 7 8") // no guest fields (old kernels)
+	require.True(t, ok)
+	assert.Equal(t, cpuTimes{steal: 8, all: 36}, v)
+	for _, bad := range []string{
+		"", "cpu0 1 2 3 4 5 6 7 8\n", "cpu  1 2 3 4 5 6 7\n", "cpu  1 2 3 4 5 6 7 x\n",
+		"cpu  1 2 3 4 5 6 7 -8\n", "cpu  9223372036854775807 1 0 0 0 0 0 0\n", "intr 1\ncpu  1 2 3 4 5 6 7 8\n",
+	} {
+		_, ok = parseStat(bad)
+		assert.False(t, ok, "%q", bad)
+	}
+}
+
+// stealShare judges the ring's samples within stealWindow, over at least
+// stealMinSpan: stolen time against all of the machine's time.
+func TestCPUPressureStealShare(t *testing.T) {
+	var v cpuTimes
+	p := &cpuPressure{read: func() (psi, bool) { return psi{}, true }, stat: func() (cpuTimes, bool) { return v, true }}
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	step := func(d time.Duration, all, steal int64) bool {
+		v.all += all
+		v.steal += steal
+		return p.stealing(at(d))
+	}
+	assert.False(t, step(0, 0, 0), "one sample: nothing to compare")
+	assert.False(t, step(20*time.Millisecond, 4, 4), "all stolen, but a span too short to tell")
+	assert.False(t, step(40*time.Millisecond, 4, 0))
+	assert.True(t, step(60*time.Millisecond, 4, 0), "4 of 12 ticks over 60 ms")
+	share, span, ok := p.stealShare(at(60 * time.Millisecond))
+	require.True(t, ok)
+	assert.Equal(t, 60*time.Millisecond, span)
+	assert.InDelta(t, 4.0/12, share, 1e-9)
+
+	// Quiet for a while: the burst leaves the window.
+	d := 60 * time.Millisecond
+	for d < 60*time.Millisecond+stealWindow {
+		d += 20 * time.Millisecond
+		step(d, 4, 0)
+	}
+	assert.False(t, p.stealing(at(d)), "no steal within the window")
+	d += 20 * time.Millisecond
+	assert.False(t, step(d, 4, 2), "2 of the ring's 64 ticks (300 ms on 2 CPUs)")
+	d += 20 * time.Millisecond
+	assert.True(t, step(d, 4, 2), "4 of them")
+	share, _, _ = p.stealShare(at(d))
+	assert.GreaterOrEqual(t, share, stolenShare)
+
+	// A counter going backwards (a wrapped or reset file) says nothing.
+	v.steal = 0
+	d += 20 * time.Millisecond
+	assert.False(t, step(d, 4, 0))
+
+	// Without /proc/stat: never stealing, and PSI is still read.
+	reads := 0
+	none := &cpuPressure{read: func() (psi, bool) { reads++; return psi{}, true }}
+	assert.False(t, none.stealing(t0))
+	assert.False(t, none.stealing(t0.Add(time.Second)))
+	assert.Equal(t, 2, reads)
+}

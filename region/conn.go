@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -142,6 +143,41 @@ func (c *trackedSysConn) SyscallConn() (syscall.RawConn, error) { return c.raw, 
 type psi struct {
 	avg10 float64
 	total time.Duration
+}
+
+// cpuTimes is the machine's cumulative CPU time from /proc/stat's "cpu"
+// line, in the file's clock ticks (USER_HZ, 10 ms on Linux; only ratios
+// of them are used): steal, the time the hypervisor ran something else
+// while a CPU of this machine had work, and all, the sum of the line's
+// first eight fields (user to steal; guest time is inside user).
+type cpuTimes struct {
+	steal, all int64
+}
+
+// parseStat reads the first "cpu " line of /proc/stat.
+func parseStat(s string) (cpuTimes, bool) {
+	line, _, _ := strings.Cut(s, "\n")
+	rest, ok := strings.CutPrefix(line, "cpu ")
+	if !ok {
+		return cpuTimes{}, false
+	}
+	var v cpuTimes
+	i := 0
+	for f := range strings.FieldsSeq(rest) {
+		if i == 8 {
+			break
+		}
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || n < 0 || v.all > math.MaxInt64-n {
+			return cpuTimes{}, false
+		}
+		v.all += n
+		if i == 7 {
+			v.steal = n
+		}
+		i++
+	}
+	return v, i == 8
 }
 
 // parsePSI reads the "some" line of a PSI file (total is in µs there).

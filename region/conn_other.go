@@ -11,5 +11,13 @@ func unreadBytes(syscall.RawConn) int { return 0 }
 // psiFile is PSI, which is Linux's: never available here.
 type psiFile struct{}
 
+func newPSIFile() *psiFile         { return &psiFile{} }
 func (*psiFile) read() (psi, bool) { return psi{}, false }
 func (*psiFile) close()            {}
+
+// statFile is /proc/stat, which is Linux's: never available here.
+type statFile struct{}
+
+func newStatFile() *statFile             { return &statFile{} }
+func (*statFile) read() (cpuTimes, bool) { return cpuTimes{}, false }
+func (*statFile) close()                 {}

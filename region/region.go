@@ -206,7 +206,8 @@ type Store struct {
 	done   chan struct{}  // closed by Close: workers exit
 	closed atomic.Bool
 	lag    *schedLag
-	psi    *psiFile // /proc/pressure/cpu, held open; closed by Close
+	psi    *psiFile  // /proc/pressure/cpu, held open; closed by Close
+	stat   *statFile // /proc/stat, held open; closed by Close
 	cpu    *cpuPressure
 	hashes sync.Map // *redis.Script -> its hash as an EVALSHA argument (any), boxed once
 	specs  specArgs
@@ -214,8 +215,8 @@ type Store struct {
 }
 
 func newStore(c redis.UniversalClient, cluster bool, addr string, opts Options, cs *conns) *Store {
-	pf := &psiFile{}
-	return &Store{client: c, cluster: cluster, addr: addr, opts: opts, conns: cs, shards: map[string]*shard{}, lag: newSchedLag(), psi: pf, cpu: &cpuPressure{read: pf.read}, done: make(chan struct{})}
+	pf, sf := newPSIFile(), newStatFile()
+	return &Store{client: c, cluster: cluster, addr: addr, opts: opts, conns: cs, shards: map[string]*shard{}, lag: newSchedLag(), psi: pf, stat: sf, cpu: &cpuPressure{read: pf.read, stat: sf.read}, done: make(chan struct{})}
 }
 
 // Open connects to the region's Redis. One address is probed with
@@ -404,6 +405,7 @@ func (s *Store) Close() error {
 	close(s.done)
 	s.wg.Wait()
 	s.psi.close()
+	s.stat.close()
 	if err != nil {
 		return fmt.Errorf("region: close: %w", err)
 	}

@@ -405,6 +405,16 @@ const pipeStallFactor = 10
 // caught within a few thresholds.
 const contendedFactor = 2
 
+// stealGrace is the least silence judged a stall while the hypervisor
+// has been taking this machine's CPUs (cpuPressure.stealing): a vCPU it
+// paused (Redis's, or this node's network stack's) is silent for as long
+// as the pause, which is longer than twice a threshold of a few ms
+// (measured here: bursts up to 40 ms, docs/benchmarks.md), and no reading
+// of this machine tells a pause under way from a frozen Redis. A Redis
+// frozen while steal is high is caught after this instead of 2x the
+// threshold; on a machine without steal nothing changes.
+const stealGrace = 50 * time.Millisecond
+
 // lateDeferral is how long a check that woke late by late defers its
 // judgement: as long as it was late, within [1 ms, th]. A timer that
 // fires late means this process did not run; when the whole machine
@@ -419,7 +429,8 @@ func lateDeferral(late, th time.Duration) time.Duration {
 // starved reports whether silence of the shard for th may be this
 // machine's doing: goroutines of this process waited half of th for a
 // CPU lately, or the machine's CPUs are contended, for long (avg10) or
-// in the last tens of milliseconds (a Redis beside this node waits too);
+// in the last tens of milliseconds (a Redis beside this node waits too),
+// or the hypervisor has been taking the machine's CPUs (stealing);
 // or the shard is fresh (freshFor) and there is no span of the PSI file
 // over the last moments yet to tell (psiReadEvery; or no PSI at all).
 // A judgement with nothing to go on at a node's start is made as on a
@@ -430,7 +441,7 @@ func lateDeferral(late, th time.Duration) time.Duration {
 // 16 ms instead of 8. Called with mu held.
 func (sh *shard) starved(now time.Time, th time.Duration) bool {
 	s := sh.s
-	if s.lag.recent(now, th/2, th) || s.cpu.contended(now) {
+	if s.lag.recent(now, th/2, th) || s.cpu.contended(now) || s.cpu.stealing(now) {
 		return true
 	}
 	waited, known := s.cpu.waited(now, th)
@@ -453,6 +464,9 @@ func (s *Store) stallEvidence(now time.Time, th, age time.Duration) string {
 	fmt.Fprintf(&b, "oldest pipeline sent %v ago", age.Round(time.Microsecond))
 	if share, span, ok := s.cpu.waitedShare(now, th); ok {
 		fmt.Fprintf(&b, "; tasks waited for a CPU %.0f%% of the last %v", 100*share, span.Round(time.Microsecond))
+	}
+	if share, span, ok := s.cpu.stealShare(now); ok {
+		fmt.Fprintf(&b, "; the hypervisor took %.1f%% of the CPUs over the last %v", 100*share, span.Round(time.Millisecond))
 	}
 	if worst, ago := s.lag.latest(now); worst > 0 {
 		fmt.Fprintf(&b, "; a goroutine of this node waited %v for a CPU %v ago", worst, ago.Round(time.Millisecond))
@@ -524,6 +538,12 @@ func (sh *shard) check() {
 			// shard has no such evidence yet: silence is judged a stall
 			// only after twice the threshold.
 			sh.armAt(now, minTime(old.sent.Add(contendedFactor*th), now.Add(max(th/4, time.Millisecond))))
+			sh.mu.Unlock()
+			return
+		case age < stealGrace && sh.s.cpu.stealing(now):
+			// Past twice the threshold, while the hypervisor has been
+			// taking CPUs: a paused vCPU is silent as long as the pause.
+			sh.armAt(now, minTime(old.sent.Add(stealGrace), now.Add(max(th/4, time.Millisecond))))
 			sh.mu.Unlock()
 			return
 		default:

@@ -50,7 +50,7 @@ func TestPSIFileReads(t *testing.T) {
 	if _, err := os.Stat("/proc/pressure/cpu"); err != nil {
 		t.Skip("no /proc/pressure/cpu here")
 	}
-	var f psiFile
+	f := newPSIFile()
 	a, ok := f.read()
 	require.True(t, ok)
 	b, ok := f.read()
@@ -146,4 +146,92 @@ func notFresh(s *Store) {
 		sh.firstUse = time.Now().Add(-freshFor)
 		sh.mu.Unlock()
 	}
+}
+
+// A Redis silent past twice the threshold while the hypervisor has been
+// taking this machine's CPUs (/proc/stat's steal; PSI sees no waiting) is
+// judged only after stealGrace: a vCPU paused that way is silent for the
+// pause. Before, the silence was a stall at twice the threshold at most
+// (the control below, the same pause on a machine without steal), and
+// every call in flight failed open. A Redis frozen for good is still
+// caught, after stealGrace.
+func TestSilenceWhileTheHypervisorStealsIsNotAStall(t *testing.T) {
+	redistest.Require(t)
+	in := redistest.Server(t)
+	const th = 8 * time.Millisecond // the floor; an idle shard's threshold
+	pause := 2*th + 12*time.Millisecond
+	require.Less(t, pause, stealGrace-10*time.Millisecond)
+	g := []algorithm.Group{{{Key: "rl:{steal}:x", Spec: algorithm.Spec{Algorithm: algorithm.TokenBucket, Limit: 100, Period: time.Hour}, Cost: 1}}}
+	open := func(share float64) *Store {
+		s, err := Open(context.Background(), []string{in.Addr}, Options{Timeout: th, StallMax: th})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		s.cpu.read = func() (psi, bool) { return psi{}, true } // no task waits for a CPU
+		base := time.Now()
+		s.cpu.stat = func() (cpuTimes, bool) { // the machine's time, share of it stolen
+			all := int64(time.Since(base))
+			return cpuTimes{steal: int64(share * float64(all)), all: all}, true
+		}
+		_, err = s.Take(context.Background(), g)
+		require.NoError(t, err)
+		notFresh(s)
+		return s
+	}
+	// The last moments as the shards' checks sample them under load.
+	recent := func(s *Store) {
+		s.cpu.mu.Lock()
+		s.cpu.stolen, s.cpu.readAt = [psiSamples]stealSample{}, time.Time{} // samples of real time would come after
+		s.cpu.mu.Unlock()
+		now := time.Now()
+		for d := 4 * stealMinSpan; d > 0; d -= psiReadEvery {
+			s.cpu.sample(now.Add(-d))
+		}
+	}
+
+	stolen := open(0.2)
+	recent(stolen)
+	resumed := pauseFor(in, pause)
+	_, err := stolen.Take(context.Background(), g)
+	resumed()
+	require.NoError(t, err, "a shard silent while the hypervisor steals CPUs was judged stalled")
+	assert.Equal(t, int64(0), stolen.Stats().Stalls)
+	assert.Equal(t, BreakerClosed, stolen.Shards()[0].State)
+
+	plain := open(0)
+	recent(plain)
+	resumed = pauseFor(in, pause)
+	_, err = plain.Take(context.Background(), g)
+	resumed()
+	require.ErrorIs(t, err, ErrStalled, "control: without steal the same pause is a stall")
+	assert.NotContains(t, err.Error(), "hypervisor took 2", "no steal reported")
+
+	recent(stolen)
+	resumed = pauseFor(in, 3*stealGrace) // frozen past the grace
+	start := time.Now()
+	_, err = stolen.Take(context.Background(), g)
+	waited := time.Since(start)
+	resumed()
+	require.ErrorIs(t, err, ErrStalled, "a Redis frozen while the hypervisor steals is still caught")
+	assert.Contains(t, err.Error(), "the hypervisor took 20.0% of the CPUs", "the log says why the judgement waited")
+	assert.GreaterOrEqual(t, waited, stealGrace, "judged no earlier than the grace")
+	assert.Equal(t, int64(1), stolen.Stats().Stalls)
+}
+
+// The store reads this machine's /proc/stat when it has one: steal and
+// all only grow, and nothing is read once the file is closed.
+func TestStatFileReads(t *testing.T) {
+	if _, err := os.Stat("/proc/stat"); err != nil {
+		t.Skip("no /proc/stat here")
+	}
+	f := newStatFile()
+	a, ok := f.read()
+	require.True(t, ok)
+	b, ok := f.read()
+	require.True(t, ok)
+	assert.Positive(t, a.all)
+	assert.GreaterOrEqual(t, b.all, a.all, "cumulative")
+	assert.GreaterOrEqual(t, b.steal, a.steal, "cumulative")
+	f.close()
+	_, ok = f.read()
+	assert.False(t, ok, "read after close")
 }
