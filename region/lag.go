@@ -118,7 +118,7 @@ type psiSample struct {
 const psiReadEvery = 20 * time.Millisecond
 
 // psiSamples is how many samples of total are kept: at the fastest (one
-// every psiReadEvery) they reach back 320 ms.
+// every psiReadEvery) they span 300 ms.
 const psiSamples = 16
 
 // highCPUPressure is the avg10 share of time with tasks waiting for a CPU
@@ -189,7 +189,7 @@ const (
 // stolenShare is the share of the machine's CPU time taken by the
 // hypervisor over stealWindow at which silence of a shard may be a
 // paused vCPU rather than a frozen Redis. /proc/stat counts in 10 ms
-// ticks: over the ring's 320 ms on two CPUs one tick is 1.6 %, and an
+// ticks: over the ring's 300 ms on two CPUs one tick is 1.6 %, and an
 // ordinary phase here shows 0-3 % on average.
 const stolenShare = 0.05
 
