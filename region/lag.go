@@ -84,6 +84,7 @@ type cpuPressure struct {
 	stat   func() (cpuTimes, bool) // /proc/stat's steal; nil: not read
 	readAt time.Time               // the last read, successful or not
 	high   bool                    // avg10 at the last read was highCPUPressure or more
+	avg10  float64                 // avg10 at the last successful read
 
 	// The last samples of total, a ring: samples[next] is the oldest
 	// (or empty), the one before it the newest.
@@ -127,6 +128,26 @@ const psiSamples = 16
 // 60-100 %.
 const highCPUPressure = 40.0
 
+// busyCPUPressure is the avg10 at which a judgement with no span of the
+// last moments to look at (waited's known is false: the first call after
+// an idle spell, whose spell's first sample is too recent) is made as on
+// a contended machine. Measured here: the sweep's leased hot-key rows,
+// whose shard sees one lease call every 0.75 s while the node decides
+// 5-20k checks/s from memory, ran at avg10 10-31 % (under
+// highCPUPressure), and one such lone call on a healthy Redis was judged
+// stalled at the 4 ms floor, opening the breaker (docs/benchmarks.md).
+// An idle machine here reads 0-2 %.
+const busyCPUPressure = 10.0
+
+// busy reports whether avg10 at the last read was busyCPUPressure or
+// more, and its value; false where PSI is not available.
+func (p *cpuPressure) busy(now time.Time) (bool, float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sampleLocked(now)
+	return p.avg10 >= busyCPUPressure, p.avg10
+}
+
 // waitedShare is the share of the last moments with tasks waiting for a
 // CPU at which the machine counts as contended right now. The file
 // averages the CPUs weighted by how busy each was, so one task kept
@@ -160,6 +181,7 @@ func (p *cpuPressure) sampleLocked(now time.Time) {
 	v, ok := p.read()
 	p.high = ok && v.avg10 >= highCPUPressure
 	if ok {
+		p.avg10 = v.avg10
 		p.samples[p.next] = psiSample{at: now, total: v.total}
 		p.next = (p.next + 1) % psiSamples
 	}

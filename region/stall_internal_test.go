@@ -137,6 +137,69 @@ func pauseFor(in *redistest.Instance, d time.Duration) (wait func()) {
 	return func() { <-resumed }
 }
 
+// A lone call after an idle spell (a shard that only refills a hot key's
+// lease, once every 0.75 s) has no span of the PSI file over the last
+// moments to be judged on: this spell's first sample is too recent. On a
+// machine busy by PSI's 10 s average it is judged as on a contended one,
+// after twice the threshold, so a pause of a Redis waiting for a CPU
+// costs nothing; a frozen Redis is still caught. Before, the silence was
+// a stall at the threshold (seen in the sweep: the breaker opened on a
+// healthy Redis, docs/benchmarks.md).
+func TestLoneCallOnABusyMachineIsJudgedAsContended(t *testing.T) {
+	redistest.Require(t)
+	in := redistest.Server(t)
+	// Under psiReadEvery, as the 4 ms default is: no second sample
+	// within one threshold.
+	const th = 10 * time.Millisecond
+	s, err := Open(context.Background(), []string{in.Addr}, Options{Timeout: th, StallMax: th})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	// Busy on average; no waiting in the last moments (a constant total).
+	s.cpu.read = func() (psi, bool) { return psi{avg10: 2 * busyCPUPressure, total: time.Second}, true }
+
+	g := []algorithm.Group{{{Key: "rl:{lone}:x", Spec: algorithm.Spec{Algorithm: algorithm.TokenBucket, Limit: 100, Period: time.Hour}, Cost: 1}}}
+	_, err = s.Take(context.Background(), g)
+	require.NoError(t, err)
+	notFresh(s)
+
+	idleSpell(s)
+	resumed := pauseFor(in, th+th*2/5) // silent past the threshold, short of twice it
+	_, err = s.Take(context.Background(), g)
+	resumed()
+	require.NoError(t, err, "a lone call on a busy machine was judged stalled at the threshold")
+	assert.Equal(t, int64(0), s.Stats().Stalls)
+	assert.Equal(t, BreakerClosed, s.Shards()[0].State)
+
+	idleSpell(s)
+	resumed = pauseFor(in, 20*th) // frozen
+	_, err = s.Take(context.Background(), g)
+	resumed()
+	require.ErrorIs(t, err, ErrStalled)
+	assert.Contains(t, err.Error(), "10 s average is 20.0%", "the evidence names the average")
+}
+
+// The machine's 10 s average decides only at busyCPUPressure or more,
+// and is false where PSI is not available.
+func TestCPUPressureBusy(t *testing.T) {
+	for _, c := range []struct {
+		avg10 float64
+		ok    bool
+		want  bool
+	}{{0, true, false}, {busyCPUPressure - 0.01, true, false}, {busyCPUPressure, true, true}, {90, true, true}, {90, false, false}} {
+		p := &cpuPressure{read: func() (psi, bool) { return psi{avg10: c.avg10}, c.ok }}
+		got, _ := p.busy(t0)
+		assert.Equal(t, c.want, got, "avg10 %v, available %v", c.avg10, c.ok)
+	}
+}
+
+// idleSpell forgets the store's CPU samples, as a spell without calls
+// longer than they describe would.
+func idleSpell(s *Store) {
+	s.cpu.mu.Lock()
+	defer s.cpu.mu.Unlock()
+	s.cpu.samples, s.cpu.next, s.cpu.readAt = [psiSamples]psiSample{}, 0, time.Time{}
+}
+
 // notFresh ends the fresh period (freshFor) of every shard of s.
 func notFresh(s *Store) {
 	s.mu.Lock()
