@@ -84,7 +84,7 @@ type cpuPressure struct {
 	stat   func() (cpuTimes, bool) // /proc/stat's steal; nil: not read
 	readAt time.Time               // the last read, successful or not
 	high   bool                    // avg10 at the last read was highCPUPressure or more
-	avg10  float64                 // avg10 at the last successful read
+	avg10  float64                 // avg10 at the last read (0 if it failed)
 
 	// The last samples of total, a ring: samples[next] is the oldest
 	// (or empty), the one before it the newest.
@@ -180,6 +180,7 @@ func (p *cpuPressure) sampleLocked(now time.Time) {
 	p.readAt = now
 	v, ok := p.read()
 	p.high = ok && v.avg10 >= highCPUPressure
+	p.avg10 = 0
 	if ok {
 		p.avg10 = v.avg10
 		p.samples[p.next] = psiSample{at: now, total: v.total}

@@ -190,6 +190,14 @@ func TestCPUPressureBusy(t *testing.T) {
 		got, _ := p.busy(t0)
 		assert.Equal(t, c.want, got, "avg10 %v, available %v", c.avg10, c.ok)
 	}
+	// A reading that stops being available does not leave the last one.
+	avail := true
+	p := &cpuPressure{read: func() (psi, bool) { return psi{avg10: 90}, avail }}
+	got, _ := p.busy(t0)
+	require.True(t, got)
+	avail = false
+	got, _ = p.busy(t0.Add(psiReadEvery))
+	assert.False(t, got, "a failed read after a busy one")
 }
 
 // idleSpell forgets the store's CPU samples, as a spell without calls
