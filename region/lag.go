@@ -83,7 +83,6 @@ type cpuPressure struct {
 	read   func() (psi, bool)
 	stat   func() (cpuTimes, bool) // /proc/stat's steal; nil: not read
 	readAt time.Time               // the last read, successful or not
-	high   bool                    // avg10 at the last read was highCPUPressure or more
 	avg10  float64                 // avg10 at the last read (0 if it failed)
 
 	// The last samples of total, a ring: samples[next] is the oldest
@@ -139,14 +138,9 @@ const highCPUPressure = 40.0
 // An idle machine here reads 0-2 %.
 const busyCPUPressure = 10.0
 
-// busy reports whether avg10 at the last read was busyCPUPressure or
-// more, and its value; false where PSI is not available.
-func (p *cpuPressure) busy(now time.Time) (bool, float64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.sampleLocked(now)
-	return p.avg10 >= busyCPUPressure, p.avg10
-}
+// busy reports whether avg10 was busyCPUPressure or more; false where
+// PSI is not available.
+func (p *cpuPressure) busy(now time.Time) bool { return p.average(now) >= busyCPUPressure }
 
 // waitedShare is the share of the last moments with tasks waiting for a
 // CPU at which the machine counts as contended right now. The file
@@ -154,11 +148,17 @@ func (p *cpuPressure) busy(now time.Time) (bool, float64) {
 // waiting on one of two busy CPUs reads as 50 %, on one of four as 25 %.
 const waitedShare = 0.25
 
-func (p *cpuPressure) contended(now time.Time) bool {
+// contended reports whether avg10 was highCPUPressure or more; false
+// where PSI is not available.
+func (p *cpuPressure) contended(now time.Time) bool { return p.average(now) >= highCPUPressure }
+
+// average samples (as sample) and returns avg10 at the last read, 0 if
+// it failed.
+func (p *cpuPressure) average(now time.Time) float64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.sampleLocked(now)
-	return p.high
+	return p.avg10
 }
 
 // sample reads the file, unless it was read less than psiReadEvery ago.
@@ -179,7 +179,6 @@ func (p *cpuPressure) sampleLocked(now time.Time) {
 	}
 	p.readAt = now
 	v, ok := p.read()
-	p.high = ok && v.avg10 >= highCPUPressure
 	p.avg10 = 0
 	if ok {
 		p.avg10 = v.avg10

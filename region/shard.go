@@ -449,14 +449,10 @@ func (sh *shard) starved(now time.Time, th time.Duration) bool {
 		return true
 	}
 	waited, known := s.cpu.waited(now, th)
-	if waited || known {
+	if known {
 		return waited
 	}
-	if sh.fresh(now) {
-		return true
-	}
-	busy, _ := s.cpu.busy(now)
-	return busy
+	return sh.fresh(now) || s.cpu.busy(now)
 }
 
 // fresh reports whether the shard's first call was less than freshFor
@@ -467,7 +463,8 @@ func (sh *shard) fresh(now time.Time) bool {
 
 // stallEvidence says what a stall was judged on besides the silence,
 // for the log: how old the oldest pipeline was, how much of the last
-// moments the machine's tasks waited for a CPU, and this process's
+// moments the machine's tasks waited for a CPU (or that no span of
+// them was known) and PSI's 10 s average, and this process's
 // longest recent wait, so that a stall of a healthy Redis (a busy or
 // paused machine the judgement did not see) can be told apart later.
 func (s *Store) stallEvidence(now time.Time, th, age time.Duration) string {
@@ -475,8 +472,11 @@ func (s *Store) stallEvidence(now time.Time, th, age time.Duration) string {
 	fmt.Fprintf(&b, "oldest pipeline sent %v ago", age.Round(time.Microsecond))
 	if share, span, ok := s.cpu.waitedShare(now, th); ok {
 		fmt.Fprintf(&b, "; tasks waited for a CPU %.0f%% of the last %v", 100*share, span.Round(time.Microsecond))
-	} else if _, avg10 := s.cpu.busy(now); avg10 > 0 {
-		fmt.Fprintf(&b, "; no recent span of PSI, whose 10 s average is %.1f%%", avg10)
+	} else {
+		b.WriteString("; no recent span of PSI")
+	}
+	if avg10 := s.cpu.average(now); avg10 > 0 {
+		fmt.Fprintf(&b, "; PSI's 10 s average is %.1f%%", avg10)
 	}
 	if share, span, ok := s.cpu.stealShare(now); ok {
 		fmt.Fprintf(&b, "; the hypervisor took %.1f%% of the CPUs over the last %v", 100*share, span.Round(time.Millisecond))

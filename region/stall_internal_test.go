@@ -187,16 +187,16 @@ func TestCPUPressureBusy(t *testing.T) {
 		want  bool
 	}{{0, true, false}, {busyCPUPressure - 0.01, true, false}, {busyCPUPressure, true, true}, {90, true, true}, {90, false, false}} {
 		p := &cpuPressure{read: func() (psi, bool) { return psi{avg10: c.avg10}, c.ok }}
-		got, _ := p.busy(t0)
+		got := p.busy(t0)
 		assert.Equal(t, c.want, got, "avg10 %v, available %v", c.avg10, c.ok)
 	}
 	// A reading that stops being available does not leave the last one.
 	avail := true
 	p := &cpuPressure{read: func() (psi, bool) { return psi{avg10: 90}, avail }}
-	got, _ := p.busy(t0)
+	got := p.busy(t0)
 	require.True(t, got)
 	avail = false
-	got, _ = p.busy(t0.Add(psiReadEvery))
+	got = p.busy(t0.Add(psiReadEvery))
 	assert.False(t, got, "a failed read after a busy one")
 }
 
