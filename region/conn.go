@@ -109,15 +109,18 @@ func (cs *conns) dialer(opts Options) func(ctx context.Context, network, addr st
 // trackedConn is a connection whose reads mark its address's progress.
 type trackedConn struct {
 	net.Conn
-	raw  syscall.RawConn // of the socket, nil if it has none
-	prog *progress
-	once sync.Once
+	raw      syscall.RawConn // of the socket, nil if it has none
+	prog     *progress
+	lastRead atomic.Int64 // unix nanoseconds of this connection's last read of bytes
+	once     sync.Once
 }
 
 func (c *trackedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 {
-		c.prog.lastRead.Store(time.Now().UnixNano())
+		now := time.Now().UnixNano()
+		c.prog.lastRead.Store(now)
+		c.lastRead.Store(now)
 	}
 	return n, err
 }
@@ -135,7 +138,36 @@ func (c *trackedConn) Close() error {
 // of pooled connections (a non-blocking peek) keeps working.
 type trackedSysConn struct{ *trackedConn }
 
-func (c *trackedSysConn) SyscallConn() (syscall.RawConn, error) { return c.raw, nil }
+func (c *trackedSysConn) SyscallConn() (syscall.RawConn, error) {
+	return checkedRaw{RawConn: c.raw, c: c.trackedConn}, nil
+}
+
+// freshReadFor is how recently a connection must have read a reply for
+// go-redis's health check of it to be skipped. go-redis peeks every
+// connection it takes from the pool (a recvfrom with MSG_PEEK), which
+// under load is one system call per pipeline, a third of a round trip's
+// (docs/benchmarks.md). The peek finds a connection the server closed
+// while it sat in the pool (a restarted Redis); a connection that read a
+// reply this recently was in use, not sitting, and a Redis restart takes
+// longer than this, so a connection from before a restart is still
+// peeked. A connection that breaks in use fails its own pipeline's read,
+// with or without the peek.
+const freshReadFor = 10 * time.Millisecond
+
+// checkedRaw is the socket as go-redis's health check sees it: its Read
+// (the peek) runs only when the connection has not read bytes within
+// freshReadFor; everything else is the socket's own.
+type checkedRaw struct {
+	syscall.RawConn
+	c *trackedConn
+}
+
+func (r checkedRaw) Read(f func(fd uintptr) (done bool)) error {
+	if last := r.c.lastRead.Load(); last != 0 && time.Now().UnixNano()-last < int64(freshReadFor) {
+		return nil
+	}
+	return r.RawConn.Read(f)
+}
 
 // psi is the "some" line of a PSI file: avg10, the percentage of the last
 // 10 s in which some runnable task waited for a CPU, and total, the
