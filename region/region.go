@@ -63,8 +63,14 @@ const (
 	// whose round trips are slow because the machine is busy.
 	DefaultStallMax = 200 * time.Millisecond
 	// DefaultPipelines is how many pipelines may be in flight to one shard
-	// at once; calls beyond wait and go out together in the next one.
-	DefaultPipelines = 2
+	// at once; calls beyond wait and go out together in the next one. One:
+	// a second pipeline in flight halves the calls each round trip
+	// carries, and on a busy node every round trip costs both processes
+	// system calls and Redis a script entry, so one pipeline answered
+	// more checks per second at every load measured (docs/benchmarks.md,
+	// "One pipeline in flight"). A second hides a network round trip
+	// under load; an operator with a distant Redis may set 2.
+	DefaultPipelines = 1
 	// DefaultMaxBatch is the most calls one pipeline carries.
 	DefaultMaxBatch = 128
 	// DefaultMaxQueue is the most calls that may wait for one shard; more

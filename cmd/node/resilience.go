@@ -19,7 +19,7 @@ func resilienceFlags(fs *flag.FlagSet) func() node.Resilience {
 	leaseTimeout := fs.Duration("redis-lease-timeout", lease.DefaultCallTimeout, "longest one asynchronous lease refill or return may take on a healthy but busy shard (a stalled shard fails it sooner)")
 	maxWait := fs.Duration("redis-max-wait", region.DefaultMaxWait, "longest a check may wait for this node to get an answer from a healthy Redis shard (queue included) before it is shed: answered UNAVAILABLE (HTTP 503) \"node overloaded\" and counted in allot_store_shed_total, never decided as a store failure")
 	stallMax := fs.Duration("redis-stall-max", region.DefaultStallMax, "cap of the stall threshold, which grows to 4x a shard's recent slow round trip when round trips are slow")
-	pipelines := fs.Int("redis-pipelines", region.DefaultPipelines, "pipelines in flight per Redis shard; concurrent calls beyond wait and go out together in the next pipeline")
+	pipelines := fs.Int("redis-pipelines", region.DefaultPipelines, "pipelines in flight per Redis shard; concurrent calls beyond wait and go out together in the next pipeline (2 hides a distant Redis's network round trip under load, for twice the round trips)")
 	maxBatch := fs.Int("redis-max-batch", region.DefaultMaxBatch, "most script calls in one pipeline")
 	window := fs.Duration("breaker-window", region.DefaultBreakerWindow, "circuit breaker: rolling window over which a Redis shard's errors are counted")
 	bucket := fs.Duration("breaker-bucket", region.DefaultBreakerBucket, "circuit breaker: the window rolls in steps of this")
