@@ -566,6 +566,14 @@ func (sh *shard) check() {
 				settle = append(settle, p.calls...)
 			}
 			sh.inflight = nil
+			if sh.brk == nil {
+				// No breaker to refuse them: the calls queued behind the
+				// silent pipelines fail with them, rather than each
+				// waiting a threshold of its own in the next pipeline
+				// (with one pipeline in flight, all of them would).
+				settle = append(settle, sh.queue...)
+				sh.queue = nil
+			}
 			sh.s.stats.stalls.Add(1)
 			if sh.brk != nil && sh.brk.stall(now) {
 				sh.opened(now, settleErr)

@@ -306,3 +306,47 @@ func TestStatFileReads(t *testing.T) {
 	_, ok = f.read()
 	assert.False(t, ok, "read after close")
 }
+
+// Without a breaker, the calls queued behind a stalled pipeline fail at
+// the same judgement, as the calls in it do: one stall, not one more per
+// pipeline sent after it (with one pipeline in flight, each queued call
+// would otherwise wait a threshold of its own).
+func TestQueuedCallsFailWithAStallWithoutABreaker(t *testing.T) {
+	redistest.Require(t)
+	in := redistest.Server(t)
+	const th = 20 * time.Millisecond
+	s, err := Open(context.Background(), []string{in.Addr}, Options{Timeout: th, StallMax: th, Pipelines: 1, Breaker: BreakerOptions{Disabled: true}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	s.cpu.read = func() (psi, bool) { return psi{}, false } // no PSI: no starvation
+	g := []algorithm.Group{{{Key: "rl:{queued}:x", Spec: algorithm.Spec{Algorithm: algorithm.TokenBucket, Limit: 100, Period: time.Hour}, Cost: 1}}}
+	_, err = s.Take(context.Background(), g)
+	require.NoError(t, err)
+	notFresh(s)
+	require.Len(t, s.shards, 1)
+	var sh *shard
+	for _, x := range s.shards {
+		sh = x
+	}
+
+	in.Pause()
+	t.Cleanup(in.Continue)
+	errs := make(chan error, 2)
+	take := func() { _, err := s.Take(context.Background(), g); errs <- err }
+	go take() // owned: reports on errs
+	require.Eventually(t, func() bool {
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		return len(sh.inflight) == 1 && !sh.inflight[0].sent.IsZero()
+	}, time.Second, 100*time.Microsecond, "the first call is sent")
+	go take() // owned: reports on errs
+	require.Eventually(t, func() bool {
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		return len(sh.queue) == 1
+	}, time.Second, 100*time.Microsecond, "the second call queues behind it")
+	for range 2 {
+		require.ErrorIs(t, <-errs, ErrStalled)
+	}
+	assert.Equal(t, int64(1), s.Stats().Stalls, "one stall failed both")
+}
