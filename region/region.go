@@ -66,10 +66,12 @@ const (
 	// at once; calls beyond wait and go out together in the next one. One:
 	// a second pipeline in flight halves the calls each round trip
 	// carries, and on a busy node every round trip costs both processes
-	// system calls and Redis a script entry, so one pipeline answered
-	// more checks per second at every load measured (docs/benchmarks.md,
-	// "One pipeline in flight"). A second hides a network round trip
-	// under load; an operator with a distant Redis may set 2.
+	// system calls and Redis a script entry, so from 16 checks in flight
+	// up one pipeline answered as many checks per second or more, with a
+	// third fewer round trips (docs/benchmarks.md, "One pipeline in
+	// flight"; below that a second is seldom in flight). A second hides a
+	// network round trip under load; an operator with a distant Redis may
+	// set 2.
 	DefaultPipelines = 1
 	// DefaultMaxBatch is the most calls one pipeline carries.
 	DefaultMaxBatch = 128
