@@ -82,7 +82,7 @@ func (c *check) takeLeased(pols []*policy.Compiled) (denied bool) {
 				if terr != nil {
 					c.failed, c.cause = append(c.failed, pol), terr
 				} else {
-					c.plan.add(pol.Subject(c.r, c.tier), pol, c.cost)
+					c.plan.add(string(subject), pol, c.cost) // the bytes Subject would build again
 				}
 				break
 			}
