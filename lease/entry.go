@@ -6,19 +6,19 @@ import (
 
 // entry is one tracked key. Its size is the per-key memory cost of a
 // key that is tracked but holds no lease (48 bytes; see
-// BenchmarkMemoryPerKey): with Options.ColdExact most of a large key set
-// is such keys, checked too rarely to lease, for which only seen is
-// written. What a leased key needs (its tokens, expiries, pace and
-// refill state) is its held, allocated when its first refill is queued
-// and never replaced.
+// BenchmarkMemoryPerKey): with Options.ColdExact a key the cold filter
+// could not count (its bucket crowded), or one that leased and went
+// cold, for which only seen is written. What a leased key needs (its
+// tokens, expiries, pace and refill state) is its held, allocated when
+// its first refill is queued and never replaced.
 type entry struct {
 	subject string
 	lim     atomic.Pointer[Limit]
 	held    atomic.Pointer[held] // nil until the first refill is queued
 	// seen is the start (clock ns, low 8 bits cleared) of the key's
 	// current window of Takes sent to the exact path because it was cold
-	// (Options.ColdExact), and in the low 8 bits their count
-	// (Manager.cold); 0 if none.
+	// (Options.ColdExact) by the key table rather than the cold filter,
+	// and in the low 8 bits their count (Manager.cold); 0 if none.
 	seen  atomic.Int64
 	flags atomic.Uint32
 	// hash is the low half of the key's hash: the table's probe filter
@@ -54,9 +54,10 @@ type held struct {
 	bucket   float32
 }
 
-// holdLocked returns e's held, making it. The caller holds the shard lock
-// (so two are never made).
-func (e *entry) holdLocked(lim *Limit) *held {
+// holdLocked returns e's held, making it and counting it in the cold
+// filter f (if any). The caller holds the shard lock (so two are never
+// made).
+func (e *entry) holdLocked(lim *Limit, f *coldFilter) *held {
 	if h := e.held.Load(); h != nil {
 		return h
 	}
@@ -65,6 +66,9 @@ func (e *entry) holdLocked(lim *Limit) *held {
 		h.demand = &demand{}
 	}
 	e.held.Store(h)
+	if f != nil {
+		f.hold(e.hash)
+	}
 	return h
 }
 

@@ -120,7 +120,9 @@ type Options struct {
 	// cost it about a lease call per decision, where its exact check
 	// shares one script call with the other checks of its round trip
 	// (docs/benchmarks.md, "Many warm keys"). Global-scope limits always
-	// lease (their demand is reported by DrainDemand).
+	// lease (their demand is reported by DrainDemand). Cold keys are
+	// counted in a 512 KiB filter, not in the key table (Stats.Keys), so a
+	// large cold key set costs no entries.
 	ColdExact bool
 	// ColdHits is how many Takes within one window of half the lease TTL
 	// make a cold key warm (ColdExact): at the default TTL of 2 s and
@@ -142,6 +144,10 @@ type Manager struct {
 	opts     Options
 	log      *slog.Logger
 	seed     maphash.Seed
+	// coldKeys counts the Takes of keys not leased here, so that a cold
+	// key is sent to the exact path without being looked up (nil without
+	// Options.ColdExact).
+	coldKeys *coldFilter
 	shards   [nShards]shard
 	ready    chan int
 	stop     chan struct{}
@@ -160,7 +166,7 @@ type counters struct {
 
 // Stats are counts since the manager started, for benchmarks and metrics.
 type Stats struct {
-	Keys     int   // keys tracked now
+	Keys     int   // keys tracked now (not the cold keys the cold filter counts)
 	Calls    int64 // lease round trips (one pipeline each)
 	Groups   int64 // lease script calls
 	Granted  int64 // tokens granted
@@ -220,9 +226,13 @@ func New(opts Options) (*Manager, error) {
 		m.owned = NewCoarseClock(DefaultTick)
 		m.clock = m.owned
 	}
+	if opts.ColdExact {
+		m.coldKeys = new(coldFilter)
+	}
 	for i := range m.shards {
 		m.shards[i].table.Store(newTable(8))
 		m.shards[i].idx = i
+		m.shards[i].cold = m.coldKeys
 	}
 	for range opts.Workers {
 		m.wg.Add(1)
@@ -322,6 +332,18 @@ func (m *Manager) Take(ctx context.Context, lim *Limit, subject []byte, cost int
 func (m *Manager) TakeTo(ctx context.Context, lim *Limit, subject []byte, cost int64, r *Result) error {
 	if cost <= lim.capacity {
 		h := maphash.Bytes(m.seed, subject) ^ lim.mix
+		warm := false
+		if f := m.coldKeys; f != nil && cost > 0 && !lim.global {
+			// The cold filter judges a key not leased here without a lookup.
+			switch f.take(uint32(h), m.clock.Now(), int64(lim.cfg.TTL)/2, m.opts.ColdHits) {
+			case filterCold:
+				m.stats.exact.Add(1)
+				*r = Result{Limit: lim.capacity, Exact: true}
+				return nil
+			case filterWarm:
+				warm = true
+			}
+		}
 		sh := &m.shards[h>>(64-shardBits)]
 		if e := sh.table.Load().find(h, lim, subject); e != nil {
 			if hd := e.held.Load(); hd != nil {
@@ -331,9 +353,9 @@ func (m *Manager) TakeTo(ctx context.Context, lim *Limit, subject []byte, cost i
 					return nil
 				}
 			}
-			return m.takeSlow(ctx, lim, subject, cost, h, sh, e, r)
+			return m.takeSlow(ctx, lim, subject, cost, h, sh, e, warm, r)
 		}
-		return m.takeSlow(ctx, lim, subject, cost, h, sh, nil, r)
+		return m.takeSlow(ctx, lim, subject, cost, h, sh, nil, warm, r)
 	}
 	*r = Result{Limit: lim.capacity, RetryAfter: algorithm.Never}
 	return nil
@@ -364,8 +386,10 @@ func (m *Manager) allowed(sh *shard, e *entry, hd *held, lim *Limit, now, cost, 
 }
 
 // takeSlow is TakeTo off the straight path: e is the entry found (nil if
-// none), h and sh the key's hash and shard.
-func (m *Manager) takeSlow(ctx context.Context, lim *Limit, subject []byte, cost int64, h uint64, sh *shard, e *entry, r *Result) error {
+// none), h and sh the key's hash and shard; warm says the cold filter
+// has just judged the key warm (its Take reached ColdHits), so it leases
+// without the key table's own count.
+func (m *Manager) takeSlow(ctx context.Context, lim *Limit, subject []byte, cost int64, h uint64, sh *shard, e *entry, warm bool, r *Result) error {
 	*r = Result{}
 	for attempt := 0; ; attempt++ {
 		if e == nil {
@@ -380,7 +404,7 @@ func (m *Manager) takeSlow(ctx context.Context, lim *Limit, subject []byte, cost
 		if hd == nil && cost <= 0 {
 			// A take of nothing succeeds on an empty lease too.
 			sh.mu.Lock()
-			hd = e.holdLocked(lim)
+			hd = e.holdLocked(lim, sh.cold)
 			sh.mu.Unlock()
 		}
 		now := m.clock.Now()
@@ -415,7 +439,7 @@ func (m *Manager) takeSlow(ctx context.Context, lim *Limit, subject []byte, cost
 			}
 			return nil
 		}
-		if m.opts.ColdExact && attempt == 0 && m.cold(e, lim, now) {
+		if m.opts.ColdExact && attempt == 0 && !warm && m.cold(e, lim, now) {
 			m.stats.exact.Add(1)
 			*r = Result{Limit: lim.capacity, Exact: true}
 			return nil
@@ -435,6 +459,9 @@ func (m *Manager) takeSlow(ctx context.Context, lim *Limit, subject []byte, cost
 // within half the TTL, and fewer than ColdHits Takes in the key's current
 // window of half the TTL. It counts the Take in e.seen: the window's start
 // in the high bits, its Takes in the low 8 (the clock's 256 ns lost).
+// Most cold keys never get here: the cold filter counts them the same way
+// without an entry (coldFilter); this is the rule for the keys it sends
+// to the key table (leased ones, and those of crowded buckets).
 func (m *Manager) cold(e *entry, lim *Limit, now int64) bool {
 	if lim.global || e.flags.Load() != 0 {
 		return false
@@ -524,7 +551,7 @@ func (m *Manager) scheduleLocked(sh *shard, e *entry, need int64) *round {
 		}
 		return sh.next
 	}
-	e.holdLocked(e.lim.Load())
+	e.holdLocked(e.lim.Load(), sh.cold)
 	e.flags.Store(flagPending)
 	sh.pending = append(sh.pending, refill{e, need})
 	if sh.next == nil {
@@ -755,6 +782,9 @@ func (m *Manager) Sweep() {
 			if now >= last+idle {
 				e.flags.Store(flagDead)
 				evicted++
+				if e.held.Load() != nil && m.coldKeys != nil {
+					m.coldKeys.release(e.hash)
+				}
 			}
 		}
 		if evicted > 0 {

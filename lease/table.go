@@ -71,6 +71,7 @@ type shard struct {
 	table atomic.Pointer[table]
 
 	idx       int
+	cold      *coldFilter // the manager's (Options.ColdExact), or nil
 	mu        sync.Mutex
 	n         int      // entries in table
 	pending   []refill // entries waiting for the next refill call
@@ -78,7 +79,7 @@ type shard struct {
 	flushing  *round   // the round in a refill call now, if any
 	scheduled bool     // in Manager.ready or being flushed
 	spare     []refill // reused pending buffer
-	_         [40]byte // keep hot shards off each other's cache lines
+	_         [32]byte // keep hot shards off each other's cache lines
 }
 
 // refill is one entry's place in a refill round; need is the largest
@@ -108,7 +109,7 @@ func (sh *shard) insert(h uint64, lim *Limit, subject []byte) *entry {
 	e.lim.Store(lim)
 	if lim.global {
 		// Its demand is counted from the first Take (DrainDemand).
-		e.holdLocked(lim)
+		e.holdLocked(lim, sh.cold)
 	}
 	t.put(e)
 	sh.n++
