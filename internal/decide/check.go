@@ -98,8 +98,10 @@ func (d *Decider) CheckAppend(ctx context.Context, r *policy.Request, statuses [
 }
 
 // take asks the store for the plan's groups. A store failure leaves the
-// exact policies to on_store_failure (c.failed); an error returned sheds
-// the check (overload, or a store that broke its contract).
+// plan's policies to on_store_failure (c.failed): the exact ones, then
+// the leased ones whose cold key put them in the plan (takeLeased); an
+// error returned sheds the check (overload, or a store that broke its
+// contract).
 func (c *check) take(exact []*policy.Compiled) error {
 	results, err := c.d.store.Take(c.sctx, c.plan.store())
 	switch {
@@ -107,6 +109,13 @@ func (c *check) take(exact []*policy.Compiled) error {
 		return fmt.Errorf("check: %w", err)
 	case err != nil:
 		c.failed, c.cause = append(c.failed, exact...), err
+		for _, g := range c.plan.groups {
+			for _, pol := range g.pols {
+				if c.st.leased[pol] != nil {
+					c.failed = append(c.failed, pol)
+				}
+			}
+		}
 		c.plan = plan{regions: c.d.regions, out: c.plan.out}
 	case len(results) != len(c.plan.groups):
 		return fmt.Errorf("store answered %d groups for %d", len(results), len(c.plan.groups))

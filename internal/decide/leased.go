@@ -62,7 +62,8 @@ type leasedTake struct {
 // its on_store_failure, and its own takes are given back. A policy with
 // a cold key (the lease manager answers Result.Exact: leasing it would
 // cost more than it saves) gives its takes back and is added to the exact
-// plan.
+// plan (where a store failure leaves it to its on_store_failure, as an
+// exact policy).
 func (c *check) takeLeased(pols []*policy.Compiled) (denied bool) {
 	var buf [256]byte
 	leases := c.d.leases

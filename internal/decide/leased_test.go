@@ -2,6 +2,7 @@ package decide_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -208,5 +209,35 @@ func TestColdLeasedKeyDecidedExactly(t *testing.T) {
 		dec, err = d.Check(ctx, &policy.Request{Tenant: "cold2", Client: "c", Route: "/both"})
 		require.NoError(t, err)
 		assert.Equal(t, i < 3, dec.Outcome == decide.Allowed, "request %d", i)
+	}
+}
+
+// A cold key of a leased policy is decided on the exact path; when the
+// store fails there, its policy's on_store_failure decides, as for an
+// exact policy: closed throttles, open fails open (counted as such), and
+// neither is a silent allow.
+func TestColdLeasedKeyStoreFailureFollowsPolicy(t *testing.T) {
+	st, err := region.Open(context.Background(), []string{redistest.Server(t).Addr}, region.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	m, err := lease.New(lease.Options{Source: st, ColdExact: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	for mode, want := range map[string]decide.Outcome{"closed": decide.Throttled, "open": decide.FailedOpen} {
+		set, err := policy.Load("test", fmt.Appendf(nil, `
+policies:
+  - id: p
+    per: [tenant]
+    precision: leased
+    on_store_failure: %s
+    limits:
+      - {name: a, algorithm: token_bucket, limit: 10, period: 1h}
+`, mode))
+		require.NoError(t, err)
+		d := decide.New(decide.Config{Store: failingStore{}, Policies: set, Leases: m})
+		dec, err := d.Check(context.Background(), &policy.Request{Tenant: "cold-" + mode})
+		require.NoError(t, err)
+		assert.Equal(t, want, dec.Outcome, mode)
+		assert.True(t, dec.Degraded, mode)
 	}
 }
