@@ -41,16 +41,18 @@ func BenchmarkTake(b *testing.B) {
 	// written in place instead of returned.
 	b.Run("hot-key-to", func(b *testing.B) {
 		m, lim := benchManager(b)
-		subj := []byte("tenant=acme,route=/v1/users")
-		_, _ = m.Take(ctx, lim, subj, 1)
-		var r Result
-		b.ReportAllocs()
-		b.ResetTimer()
-		for b.Loop() {
-			if _ = m.TakeTo(ctx, lim, subj, 1, &r); !r.Allowed {
-				b.Fatal("denied")
-			}
+		benchHotTakeTo(b, m, lim)
+	})
+	// The same with Options.ColdExact, as a node runs: the hot key is
+	// pinned in the cold filter, which a Take reads first.
+	b.Run("hot-key-to-cold-exact", func(b *testing.B) {
+		clk := NewManualClock()
+		m, err := New(Options{Source: newFake(clk), Clock: clk, SweepEvery: -1, ColdExact: true, ColdHits: 1})
+		if err != nil {
+			b.Fatal(err)
 		}
+		b.Cleanup(func() { _ = m.Close(ctx) })
+		benchHotTakeTo(b, m, newLimit(b, m, spec(1<<40, time.Second, 1<<40), Config{TTL: time.Hour, TargetPeriod: time.Hour}, false))
 	})
 	b.Run("hot-key-parallel", func(b *testing.B) {
 		m, lim := benchManager(b)
@@ -91,6 +93,21 @@ func BenchmarkTake(b *testing.B) {
 	})
 }
 
+// benchHotTakeTo times TakeTo of one key, leased before the timer starts.
+func benchHotTakeTo(b *testing.B, m *Manager, lim *Limit) {
+	ctx := context.Background()
+	subj := []byte("tenant=acme,route=/v1/users")
+	_, _ = m.Take(ctx, lim, subj, 1)
+	var r Result
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _ = m.TakeTo(ctx, lim, subj, 1, &r); !r.Allowed {
+			b.Fatal("denied")
+		}
+	}
+}
+
 // BenchmarkMemoryPerKey tracks 1,000,000 keys and reports the heap bytes
 // per key (entries, subject strings, tables), measured with
 // runtime.MemStats after a GC. The keys are tracked but hold no lease:
@@ -120,7 +137,7 @@ func benchMemoryPerKey(b *testing.B, leased bool) {
 			h := mapBytes(m, s) ^ lim.mix
 			sh := &m.shards[h>>(64-shardBits)]
 			sh.mu.Lock()
-			e := sh.insert(h, lim, s)
+			e := sh.insert(h, lim, s, m.coldKeys)
 			if leased {
 				e.holdLocked(lim, m.coldKeys)
 			}

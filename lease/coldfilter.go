@@ -68,6 +68,15 @@ func coldBucket(h uint32) uint32 { return h >> (32 - coldBucketBits) * coldWays 
 // coldPrint is hash h's fingerprint, from bits the bucket does not use.
 func coldPrint(h uint32) uint64 { return uint64(h>>3) & 0xffff }
 
+// bucket returns hash h's bucket and fingerprint.
+func (f *coldFilter) bucket(h uint32) ([]atomic.Uint64, uint64) {
+	return f.cells[coldBucket(h):][:coldWays], coldPrint(h)
+}
+
+// owns reports whether key cell c belongs to the key with fingerprint fp:
+// it counts that key's Takes or holds its pins.
+func owns(c, fp uint64) bool { return c>>cellPrintAt&0xffff == fp && c&(cellHits|cellPins) != 0 }
+
 // filterAnswer is what the cold filter says of a Take.
 type filterAnswer int
 
@@ -80,8 +89,7 @@ const (
 // take counts a Take of the key with hash h at now (clock ns) in windows
 // of half (ns).
 func (f *coldFilter) take(h uint32, now, half int64, hits int) filterAnswer {
-	b := f.cells[coldBucket(h):][:coldWays]
-	fp := coldPrint(h)
+	b, fp := f.bucket(h)
 	at := uint32(uint64(now) >> cellStep)
 	span := half >> cellStep
 	for {
@@ -93,7 +101,7 @@ func (f *coldFilter) take(h uint32, now, half int64, hits int) filterAnswer {
 		for i := 1; i < coldWays; i++ {
 			c := b[i].Load()
 			live := c&cellHits != 0 && int64(at-uint32(c>>cellStartAt)) <= span
-			if c>>cellPrintAt&0xffff == fp && c&(cellHits|cellPins) != 0 {
+			if owns(c, fp) {
 				if c&cellPins != 0 {
 					return filterTable
 				}
@@ -135,13 +143,12 @@ func (f *coldFilter) take(h uint32, now, half int64, hits int) filterAnswer {
 // hold pins a cell for the key with hash h, which now holds lease state,
 // or counts it in its bucket's overflow.
 func (f *coldFilter) hold(h uint32) {
-	b := f.cells[coldBucket(h):][:coldWays]
-	fp := coldPrint(h)
+	b, fp := f.bucket(h)
 	for {
 		pin, old := -1, uint64(0)
 		for i := 1; i < coldWays; i++ {
 			c := b[i].Load()
-			if c>>cellPrintAt&0xffff == fp && c&(cellHits|cellPins) != 0 {
+			if owns(c, fp) {
 				if c&cellPins != cellPins {
 					pin, old = i, c
 				}
@@ -158,7 +165,7 @@ func (f *coldFilter) hold(h uint32) {
 			return
 		}
 		next := old + cellOnePin
-		if old>>cellPrintAt&0xffff != fp || old&(cellHits|cellPins) == 0 {
+		if !owns(old, fp) {
 			next = fp<<cellPrintAt | cellOnePin
 		}
 		if b[pin].CompareAndSwap(old, next) {
@@ -169,12 +176,11 @@ func (f *coldFilter) hold(h uint32) {
 
 // release undoes the hold of an evicted key with hash h.
 func (f *coldFilter) release(h uint32) {
-	b := f.cells[coldBucket(h):][:coldWays]
-	fp := coldPrint(h)
+	b, fp := f.bucket(h)
 	for {
 		pin, old := -1, uint64(0)
 		for i := 1; i < coldWays; i++ {
-			if c := b[i].Load(); c>>cellPrintAt&0xffff == fp && c&cellPins != 0 {
+			if c := b[i].Load(); owns(c, fp) && c&cellPins != 0 {
 				pin, old = i, c
 				break
 			}

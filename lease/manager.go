@@ -232,7 +232,6 @@ func New(opts Options) (*Manager, error) {
 	for i := range m.shards {
 		m.shards[i].table.Store(newTable(8))
 		m.shards[i].idx = i
-		m.shards[i].cold = m.coldKeys
 	}
 	for range opts.Workers {
 		m.wg.Add(1)
@@ -397,14 +396,14 @@ func (m *Manager) takeSlow(ctx context.Context, lim *Limit, subject []byte, cost
 				return ErrClosed
 			}
 			sh.mu.Lock()
-			e = sh.insert(h, lim, subject)
+			e = sh.insert(h, lim, subject, m.coldKeys)
 			sh.mu.Unlock()
 		}
 		hd := e.held.Load()
 		if hd == nil && cost <= 0 {
 			// A take of nothing succeeds on an empty lease too.
 			sh.mu.Lock()
-			hd = e.holdLocked(lim, sh.cold)
+			hd = e.holdLocked(lim, m.coldKeys)
 			sh.mu.Unlock()
 		}
 		now := m.clock.Now()
@@ -551,7 +550,7 @@ func (m *Manager) scheduleLocked(sh *shard, e *entry, need int64) *round {
 		}
 		return sh.next
 	}
-	e.holdLocked(e.lim.Load(), sh.cold)
+	e.holdLocked(e.lim.Load(), m.coldKeys)
 	e.flags.Store(flagPending)
 	sh.pending = append(sh.pending, refill{e, need})
 	if sh.next == nil {

@@ -71,7 +71,6 @@ type shard struct {
 	table atomic.Pointer[table]
 
 	idx       int
-	cold      *coldFilter // the manager's (Options.ColdExact), or nil
 	mu        sync.Mutex
 	n         int      // entries in table
 	pending   []refill // entries waiting for the next refill call
@@ -79,7 +78,7 @@ type shard struct {
 	flushing  *round   // the round in a refill call now, if any
 	scheduled bool     // in Manager.ready or being flushed
 	spare     []refill // reused pending buffer
-	_         [32]byte // keep hot shards off each other's cache lines
+	_         [40]byte // keep hot shards off each other's cache lines
 }
 
 // refill is one entry's place in a refill round; need is the largest
@@ -95,9 +94,10 @@ type round struct {
 	err  error
 }
 
-// insert returns the live entry of (lim, subject), creating it. Called
-// with sh.mu held.
-func (sh *shard) insert(h uint64, lim *Limit, subject []byte) *entry {
+// insert returns the live entry of (lim, subject), creating it; a
+// global-scope key's held is made at once and counted in the cold filter
+// f (if any). Called with sh.mu held.
+func (sh *shard) insert(h uint64, lim *Limit, subject []byte, f *coldFilter) *entry {
 	t := sh.table.Load()
 	if e := t.find(h, lim, subject); e != nil && e.flags.Load()&flagDead == 0 {
 		return e
@@ -109,7 +109,7 @@ func (sh *shard) insert(h uint64, lim *Limit, subject []byte) *entry {
 	e.lim.Store(lim)
 	if lim.global {
 		// Its demand is counted from the first Take (DrainDemand).
-		e.holdLocked(lim, sh.cold)
+		e.holdLocked(lim, f)
 	}
 	t.put(e)
 	sh.n++
