@@ -56,6 +56,7 @@ func start(t testing.TB, dir string, extra ...string) *Instance {
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
+	prioritise(srv.Pid())
 	in := &Instance{Addr: srv.Addr, t: t, srv: srv}
 	t.Cleanup(in.Kill)
 	return in
@@ -94,6 +95,7 @@ func (in *Instance) Restart() {
 	if err := in.srv.Restart(context.Background()); err != nil {
 		in.t.Fatalf("redistest: %v", err)
 	}
+	prioritise(in.srv.Pid())
 }
 
 // Cluster starts masters redis-server processes in cluster mode, joins them

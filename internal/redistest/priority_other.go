@@ -1,0 +1,7 @@
+//go:build !linux
+
+package redistest
+
+// prioritise is Linux's SCHED_FIFO (priority_linux.go); elsewhere the
+// server keeps its default policy.
+func prioritise(int) {}
