@@ -1,290 +1,166 @@
 package region
 
 import (
+	"context"
 	"errors"
+	"io"
+	"net"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
-// ErrUnavailable is returned (wrapped) for calls to a shard whose circuit
-// breaker is open or probing: the call was not sent, so it cannot have
-// run. Callers decide by on_store_failure.
+// ErrUnavailable is returned (wrapped) for calls refused by an open (or
+// probing) breaker: not sent, so they cannot have run.
 var ErrUnavailable = errors.New("region: redis shard unavailable (circuit breaker open)")
 
-// Breaker defaults.
+// Breaker defaults (the node's --breaker-* flags).
 const (
-	DefaultBreakerWindow       = 10 * time.Second
-	DefaultBreakerBucket       = time.Second
-	DefaultBreakerFailureRatio = 0.5
-	DefaultBreakerMinRequests  = 20
-	// DefaultBreakerOpenFor is the longest a breaker stays open between
-	// probes; the first probe comes after DefaultBreakerOpenMin, and each
-	// failed probe doubles the wait up to this.
-	DefaultBreakerOpenFor = 5 * time.Second
-	// DefaultBreakerOpenMin is the wait before the first probe of a
-	// breaker that opened: a blip of a few milliseconds costs about this
-	// much time decided without Redis, not a whole OpenFor.
-	DefaultBreakerOpenMin = 50 * time.Millisecond
-	// DefaultBreakerConsecutive opens a breaker after this many failed
-	// round trips in a row, whatever the window holds. Without it a shard
-	// that dies under steady traffic opens only when failures reach half
-	// of a window full of earlier successes, about Window/2 later.
-	DefaultBreakerConsecutive = 10
+	DefaultBreakerFailures   = 10
+	DefaultBreakerProbeAfter = 50 * time.Millisecond
+	DefaultBreakerMaxOpen    = 5 * time.Second
 )
 
-// BreakerOptions configure the circuit breaker of each Redis shard.
+// BreakerOptions configure the circuit breaker of each Redis shard, which
+// counts round trips (pipelines), not calls:
 //
-// The breaker counts round trips (one pipeline to the shard), not calls:
-// one stall or broken connection that fails every call in flight is one
-// event. It opens when, over the rolling Window, at least MinRequests
-// round trips were made and at least FailureRatio of them failed, when
-// Consecutive round trips in a row failed, or at once when the shard
-// stalled (calls outstanding, nothing received for the stall threshold;
-// see Options.Timeout). While open, calls fail at once with
-// ErrUnavailable and a background PING probes the shard: after OpenMin,
-// then after twice the previous wait up to OpenFor. The first probe
-// answered in time closes the breaker. A breaker that opens again within
-// a Window of closing continues the backoff where it stopped, so a
-// flapping shard is probed less and less often.
+//   - It opens when the shard stalls (stall.go) or when Failures round
+//     trips in a row fail (refused connections, LOADING, READONLY, ...).
+//   - While open, calls fail at once with ErrUnavailable; a PING probes
+//     the shard after ProbeAfter, then after twice the previous wait, up
+//     to MaxOpen.
+//   - The first answer closes it: a probe's, or on a first opening the
+//     late reply of the pipeline judged stalled. Opening again within
+//     MaxOpen of closing continues the backoff (and waits for probes).
 type BreakerOptions struct {
-	// Window is the rolling window failures are counted over, in steps of
-	// Bucket (a bucket's counts leave the window whole).
-	Window time.Duration
-	Bucket time.Duration
-	// FailureRatio in (0, 1] of failed round trips opens the breaker.
-	FailureRatio float64
-	// MinRequests is the least number of round trips in the window before
-	// the ratio counts, so that one failure on an idle node does not open.
-	MinRequests uint32
-	// OpenFor is the longest wait between probes of an open breaker.
-	OpenFor time.Duration
-	// OpenMin is the wait before the first probe (default
-	// DefaultBreakerOpenMin, at most OpenFor).
-	OpenMin time.Duration
-	// Consecutive failed round trips in a row also open the breaker (a
-	// dead shard refusing connections); zero means
-	// DefaultBreakerConsecutive, negative disables the rule.
-	Consecutive int
-	// Disabled turns breakers off (every call goes to Redis; a stalled
-	// shard still fails the calls it holds). For benchmarks that compare.
-	Disabled bool
+	Failures   int           // failed round trips in a row that open it; negative: only stalls do
+	ProbeAfter time.Duration // wait before the first probe
+	MaxOpen    time.Duration // longest wait between probes
+	Disabled   bool          // no breakers (a stalled shard still fails the calls it holds)
 }
 
 func (o BreakerOptions) withDefaults() BreakerOptions {
-	if o.Window <= 0 {
-		o.Window = DefaultBreakerWindow
+	if o.Failures == 0 {
+		o.Failures = DefaultBreakerFailures
 	}
-	if o.Bucket <= 0 || o.Bucket > o.Window {
-		o.Bucket = min(DefaultBreakerBucket, o.Window)
+	if o.MaxOpen <= 0 {
+		o.MaxOpen = DefaultBreakerMaxOpen
 	}
-	if o.FailureRatio <= 0 || o.FailureRatio > 1 {
-		o.FailureRatio = DefaultBreakerFailureRatio
+	if o.ProbeAfter <= 0 {
+		o.ProbeAfter = DefaultBreakerProbeAfter
 	}
-	if o.MinRequests == 0 {
-		o.MinRequests = DefaultBreakerMinRequests
-	}
-	if o.OpenFor <= 0 {
-		o.OpenFor = DefaultBreakerOpenFor
-	}
-	if o.OpenMin <= 0 {
-		o.OpenMin = DefaultBreakerOpenMin
-	}
-	o.OpenMin = min(o.OpenMin, o.OpenFor)
-	if o.Consecutive == 0 {
-		o.Consecutive = DefaultBreakerConsecutive
-	}
+	o.ProbeAfter = min(o.ProbeAfter, o.MaxOpen)
 	return o
 }
 
 // BreakerState is a breaker's state, as health reports it.
 type BreakerState uint8
 
-// Breaker states.
+// Breaker states; half-open is open with a probe in flight.
 const (
 	BreakerClosed BreakerState = iota
-	// BreakerHalfOpen: open, with a probe in flight.
 	BreakerHalfOpen
 	BreakerOpen
 )
 
 func (s BreakerState) String() string {
-	switch s {
-	case BreakerClosed:
-		return "closed"
-	case BreakerHalfOpen:
-		return "half-open"
-	case BreakerOpen:
-		return "open"
-	}
-	return "unknown"
+	return [...]string{"closed", "half-open", "open"}[min(s, BreakerOpen)]
 }
 
 // breaker is one shard's circuit breaker: a pure state machine over the
-// times it is given (no clock, timer or lock of its own; the shard holds
-// its lock and schedules its probes).
+// times it is given (the shard holds its lock and runs its probes).
 type breaker struct {
-	opts  BreakerOptions
-	state BreakerState
-	// Rolling window: counts per bucket, buckets[i] covering the bucket
-	// that started at epoch+i*Bucket (a ring of len(buckets)).
-	buckets     []bucketCounts
-	head        int       // index of the current bucket
-	headStart   time.Time // start of the current bucket
-	consecutive int
-	// Backoff: the wait before the next probe, when the breaker last
-	// closed, and how many times it opened.
-	wait     time.Duration
-	closedAt time.Time
-	probeAt  time.Time
-	openings uint64
-	// probeFailures counts failed probes.
+	opts          BreakerOptions
+	state         BreakerState
+	failed        int           // failed round trips in a row
+	wait          time.Duration // the current wait between probes
+	closedAt      time.Time
+	probeAt       time.Time // when the next probe is due, while open
+	openings      uint64
 	probeFailures uint64
 }
 
-type bucketCounts struct{ requests, failures uint32 }
-
-func newBreaker(opts BreakerOptions) *breaker {
-	n := int((opts.Window + opts.Bucket - 1) / opts.Bucket)
-	return &breaker{opts: opts, buckets: make([]bucketCounts, max(n, 1))}
-}
-
-// roll advances the window to now, emptying buckets that left it.
-func (b *breaker) roll(now time.Time) {
-	if b.headStart.IsZero() {
-		b.headStart = now
-		return
-	}
-	steps := int(now.Sub(b.headStart) / b.opts.Bucket)
-	if steps <= 0 {
-		return
-	}
-	for i := range min(steps, len(b.buckets)) {
-		b.buckets[(b.head+1+i)%len(b.buckets)] = bucketCounts{}
-	}
-	b.head = (b.head + steps) % len(b.buckets)
-	b.headStart = b.headStart.Add(time.Duration(steps) * b.opts.Bucket)
-}
-
-func (b *breaker) counts() (requests, failures uint32) {
-	for _, c := range b.buckets {
-		requests += c.requests
-		failures += c.failures
-	}
-	return requests, failures
-}
-
-// allow reports whether a call may be sent now.
-func (b *breaker) allow() bool { return b.state == BreakerClosed }
-
-// success records a round trip the shard answered.
-func (b *breaker) success(now time.Time) {
-	if b.state != BreakerClosed {
-		return // a late answer of a call sent before the breaker opened
-	}
-	b.roll(now)
-	b.buckets[b.head].requests++
-	b.consecutive = 0
-}
-
-// failure records a failed round trip; it reports whether the breaker
-// opened.
-func (b *breaker) failure(now time.Time) bool {
+// record counts a round trip's outcome (a stall is a failure that opens
+// it at once) and reports whether it opened. While open it ignores late
+// outcomes of calls sent before.
+func (b *breaker) record(now time.Time, failed, stall bool) bool {
 	if b.state != BreakerClosed {
 		return false
 	}
-	b.roll(now)
-	b.buckets[b.head].requests++
-	b.buckets[b.head].failures++
-	b.consecutive++
-	r, f := b.counts()
-	if (b.opts.Consecutive > 0 && b.consecutive >= b.opts.Consecutive) ||
-		(r >= b.opts.MinRequests && float64(f) >= b.opts.FailureRatio*float64(r)) {
-		b.open(now)
-		return true
-	}
-	return false
-}
-
-// stall records that the shard stopped answering calls it holds; it opens
-// the breaker at once (it reports whether it did).
-func (b *breaker) stall(now time.Time) bool {
-	if b.state != BreakerClosed {
+	if !failed {
+		b.failed = 0
 		return false
 	}
-	b.roll(now)
-	b.buckets[b.head].requests++
-	b.buckets[b.head].failures++
-	b.consecutive++
-	b.open(now)
-	return true
-}
-
-func (b *breaker) open(now time.Time) {
-	switch {
-	case b.wait == 0 || b.closedAt.IsZero() || now.Sub(b.closedAt) >= b.opts.Window:
-		b.wait = b.opts.OpenMin
-	default: // reopened soon after closing: continue the backoff
-		b.wait = min(2*b.wait, b.opts.OpenFor)
+	b.failed++
+	if !stall && (b.opts.Failures < 0 || b.failed < b.opts.Failures) {
+		return false
 	}
-	b.state = BreakerOpen
-	b.probeAt = now.Add(b.wait)
+	if b.wait == 0 || now.Sub(b.closedAt) >= b.opts.MaxOpen {
+		b.wait = b.opts.ProbeAfter
+	} else { // reopened soon after closing: continue the backoff
+		b.wait = min(2*b.wait, b.opts.MaxOpen)
+	}
+	b.state, b.probeAt = BreakerOpen, now.Add(b.wait)
 	b.openings++
-}
-
-// probeDue reports whether a probe should start now; if so the breaker is
-// half-open until probed reports its result.
-func (b *breaker) probeDue(now time.Time) bool {
-	if b.state != BreakerOpen || now.Before(b.probeAt) {
-		return false
-	}
-	b.state = BreakerHalfOpen
 	return true
 }
 
-// nextProbe is when the next probe is due (zero unless open).
-func (b *breaker) nextProbe() time.Time {
-	if b.state != BreakerOpen {
-		return time.Time{}
+// probeDue reports whether a probe starts now: half-open until probed.
+func (b *breaker) probeDue(now time.Time) bool {
+	due := b.state == BreakerOpen && !now.Before(b.probeAt)
+	if due {
+		b.state = BreakerHalfOpen
 	}
-	return b.probeAt
+	return due
 }
 
-// answered records that the shard answered a pipeline judged stalled:
-// it was paused, not dead, and has just shown it is back, which is what a
-// probe would learn. A breaker opened once (its first wait, OpenMin)
-// closes at once, as on a probe answered in time: a pause of a few tens
-// of milliseconds then costs its own length decided without Redis, not
-// OpenMin. A breaker that reopened within a window of closing (in its
-// backoff: a shard slow for good, whose replies all come late) waits for
-// its probes, so a slow shard cannot flap the breaker at its own pace.
-// It reports whether the breaker closed.
+// probed records a probe's result: ok closes the breaker, a failure
+// doubles the wait.
+func (b *breaker) probed(now time.Time, ok bool) {
+	switch {
+	case b.state != BreakerHalfOpen:
+	case ok:
+		b.close(now)
+	default:
+		b.probeFailures++
+		b.wait = min(2*b.wait, b.opts.MaxOpen)
+		b.state, b.probeAt = BreakerOpen, now.Add(b.wait)
+	}
+}
+
+// answered records the late reply of a pipeline judged stalled: the shard
+// was paused, not dead. On a first opening it closes the breaker, as a
+// probe would; in a backoff it waits for probes, so that a shard slow for
+// good cannot flap the breaker at its own pace. It reports whether it
+// closed.
 func (b *breaker) answered(now time.Time) bool {
-	if b.state == BreakerClosed || b.wait != b.opts.OpenMin {
+	if b.state == BreakerClosed || b.wait != b.opts.ProbeAfter {
 		return false
 	}
 	b.close(now)
 	return true
 }
 
-func (b *breaker) close(now time.Time) {
-	b.state = BreakerClosed
-	b.closedAt = now
-	b.consecutive = 0
-	clear(b.buckets)
-	b.headStart = now
-}
+func (b *breaker) close(now time.Time) { b.state, b.closedAt, b.failed = BreakerClosed, now, 0 }
 
-// probed records a probe's result: ok closes the breaker with an empty
-// window; a failure waits twice as long before the next probe.
-func (b *breaker) probed(now time.Time, ok bool) {
-	if b.state != BreakerHalfOpen {
-		return
+// shardFailure reports whether err says the shard is unhealthy (no answer
+// in time, a failed connection, or an answer that it cannot serve); a
+// script's own error is the shard working, a shed call is not its doing.
+func shardFailure(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, ErrOverloaded) {
+		return false
 	}
-	if ok {
-		b.close(now)
-		return
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout), errors.As(err, &ne):
+		return true
 	}
-	b.probeFailures++
-	b.wait = min(2*b.wait, b.opts.OpenFor)
-	b.state = BreakerOpen
-	b.probeAt = now.Add(b.wait)
+	for _, p := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "BUSY"} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	var re redis.Error
+	return !errors.As(err, &re) // any other reply is an answer
 }

@@ -129,7 +129,7 @@ func TestRecoversAfterFailoverToReplica(t *testing.T) {
 		}
 	}
 	assert.NotEqual(t, region.BreakerClosed, deadShard.State, "the dead master's breaker opened")
-	assert.True(t, s.Degraded())
+	assert.True(t, degraded(s))
 	t.Logf("master down: %d calls sent and failed, then %d refused by the open breaker and %d failed probe(s); slowest %v (timeout %v)",
 		sentDown, refusedDown, probesDown, worstDown, callTimeout)
 
@@ -169,7 +169,7 @@ func TestRecoversAfterFailoverToReplica(t *testing.T) {
 	require.True(t, res.Allowed)
 	// The dead master's breaker is still open, but its address masters no
 	// slot any more: it is not reported, so the store is not degraded.
-	assert.False(t, s.Degraded(), "degraded after recovery: %+v", s.Shards())
+	assert.False(t, degraded(s), "degraded after recovery: %+v", s.Shards())
 	assert.True(t, scriptCached(), "EVAL after NOSCRIPT loaded check.lua on the promoted replica")
 
 	// Counting continues from the replicated state: the bucket on the new

@@ -168,7 +168,7 @@ func TestFullQueueSheds(t *testing.T) {
 	assert.Equal(t, int64(shed), s.Stats().Shed)
 	h := s.Shards()[0]
 	assert.Equal(t, region.BreakerClosed, h.State)
-	assert.Equal(t, uint32(0), h.Failures)
+	assert.Zero(t, h.Failed)
 }
 
 // TestBlipCostsABlip: Redis killed and restarted 200 ms later, under a

@@ -59,9 +59,6 @@ const (
 	// it answered by a healthy shard (queued, sent, replies unread) before
 	// it is shed (ErrOverloaded).
 	DefaultMaxWait = time.Second
-	// DefaultStallMax is the most the stall threshold grows to on a shard
-	// whose round trips are slow because the machine is busy.
-	DefaultStallMax = 200 * time.Millisecond
 	// DefaultPipelines is how many pipelines may be in flight to one shard
 	// at once; calls beyond wait and go out together in the next one. One:
 	// a second pipeline in flight halves the calls each round trip
@@ -96,19 +93,14 @@ type Options struct {
 	// PoolSize is the connection pool size per node; zero means the
 	// go-redis default (10 per GOMAXPROCS).
 	PoolSize int
-	// Timeout is the least stall threshold: a shard that holds calls and
-	// sends nothing back for this long (or for four times its recent slow
-	// round trip, up to StallMax, if that is longer), while no
-	// reply waits unread in this node's sockets, is judged stalled; its
-	// calls fail with ErrStalled and its breaker opens. Zero means
-	// ReadTimeout. Nodes set CallTimeout(--redis-timeout,
-	// --redis-timeout-margin): 4 ms by default. It is not a deadline of
-	// each call: a call queued or unread because this node is busy waits
-	// on (up to MaxWait); time the node spends queueing is not the
-	// shard's.
+	// Timeout is the stall threshold T (stall.go): a shard whose oldest
+	// pipeline waited T while nothing arrived from it for T, no reply
+	// waits unread, and the check ran on time, is stalled; its calls fail
+	// with ErrStalled and its breaker opens. Zero means ReadTimeout.
+	// Nodes set CallTimeout(--redis-timeout, 0): 4 ms by default. It is
+	// not a deadline of each call: a call queued or unread because this
+	// node is busy waits on (up to MaxWait).
 	Timeout time.Duration
-	// StallMax caps the stall threshold (default DefaultStallMax).
-	StallMax time.Duration
 	// MaxWait bounds how long a call may wait on a shard judged healthy
 	// (queue wait included) before it is shed with ErrOverloaded (default
 	// DefaultMaxWait); it is also the socket deadline of a pipeline.
@@ -175,9 +167,6 @@ func (o Options) withDefaults() Options {
 	if o.Timeout <= 0 {
 		o.Timeout = o.ReadTimeout
 	}
-	if o.StallMax <= 0 {
-		o.StallMax = DefaultStallMax
-	}
 	if o.MaxWait <= 0 {
 		o.MaxWait = DefaultMaxWait
 	}
@@ -213,18 +202,13 @@ type Store struct {
 	wg     sync.WaitGroup // pipeline workers and probes
 	done   chan struct{}  // closed by Close: workers exit
 	closed atomic.Bool
-	lag    *schedLag
-	psi    *psiFile  // /proc/pressure/cpu, held open; closed by Close
-	stat   *statFile // /proc/stat, held open; closed by Close
-	cpu    *cpuPressure
 	hashes sync.Map // *redis.Script -> its hash as an EVALSHA argument (any), boxed once
 	specs  specArgs
 	stats  struct{ pipelines, calls, stalls, shed atomic.Int64 }
 }
 
 func newStore(c redis.UniversalClient, cluster bool, addr string, opts Options, cs *conns) *Store {
-	pf, sf := newPSIFile(), newStatFile()
-	return &Store{client: c, cluster: cluster, addr: addr, opts: opts, conns: cs, shards: map[string]*shard{}, lag: newSchedLag(), psi: pf, stat: sf, cpu: &cpuPressure{read: pf.read, stat: sf.read}, done: make(chan struct{})}
+	return &Store{client: c, cluster: cluster, addr: addr, opts: opts, conns: cs, shards: map[string]*shard{}, done: make(chan struct{})}
 }
 
 // Open connects to the region's Redis. One address is probed with
@@ -412,8 +396,6 @@ func (s *Store) Close() error {
 	err := s.client.Close()
 	close(s.done)
 	s.wg.Wait()
-	s.psi.close()
-	s.stat.close()
 	if err != nil {
 		return fmt.Errorf("region: close: %w", err)
 	}
@@ -607,4 +589,22 @@ func micros(us int64) time.Duration {
 		return algorithm.Never
 	}
 	return time.Duration(us) * time.Microsecond
+}
+
+// StoreStats are counts since the store opened.
+type StoreStats struct {
+	Pipelines int64 // round trips sent
+	Calls     int64 // store calls sent in them, one per group (a round trip's token-bucket checks share one EVALSHA)
+	Stalls    int64 // times a shard was judged stalled
+	Shed      int64 // calls shed (queue full, or not sent within MaxWait)
+}
+
+// Stats reports the store's counters.
+func (s *Store) Stats() StoreStats {
+	return StoreStats{
+		Pipelines: s.stats.pipelines.Load(),
+		Calls:     s.stats.calls.Load(),
+		Stalls:    s.stats.stalls.Load(),
+		Shed:      s.stats.shed.Load(),
+	}
 }

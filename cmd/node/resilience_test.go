@@ -13,27 +13,28 @@ import (
 	"github.com/allot-dev/allot/region"
 )
 
-// --redis-timeout keeps its default; --redis-timeout-margin (or its
-// ALLOT_ variable) reaches node.Resilience, 0 (automatic) by default.
-func TestRedisTimeoutFlags(t *testing.T) {
-	parse := func(args ...string) (time.Duration, time.Duration) {
+// The Redis and breaker flags reach node.Resilience, with region's
+// defaults, from the command line or their ALLOT_ variables.
+func TestRedisAndBreakerFlags(t *testing.T) {
+	parse := func(args ...string) (time.Duration, region.BreakerOptions) {
 		t.Helper()
 		fs := flag.NewFlagSet("allot-node", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		res := resilienceFlags(fs)
 		require.NoError(t, cli.Parse(fs, args))
 		r := res()
-		return r.RedisTimeout, r.RedisTimeoutMargin
+		return r.RedisTimeout, r.Breaker
 	}
-	timeout, margin := parse()
+	timeout, brk := parse()
 	assert.Equal(t, region.DefaultTimeout, timeout)
-	assert.Zero(t, margin, "automatic: min(1ms, timeout/5)")
+	assert.Equal(t, region.BreakerOptions{Failures: region.DefaultBreakerFailures, ProbeAfter: region.DefaultBreakerProbeAfter, MaxOpen: region.DefaultBreakerMaxOpen}, brk)
 
-	timeout, margin = parse("--redis-timeout", "10ms", "--redis-timeout-margin", "1500us")
+	timeout, brk = parse("--redis-timeout", "10ms", "--breaker-failures", "-1", "--breaker-probe-after", "20ms")
 	assert.Equal(t, 10*time.Millisecond, timeout)
-	assert.Equal(t, 1500*time.Microsecond, margin)
+	assert.Equal(t, -1, brk.Failures)
+	assert.Equal(t, 20*time.Millisecond, brk.ProbeAfter)
 
-	t.Setenv("ALLOT_REDIS_TIMEOUT_MARGIN", "-1ns")
-	_, margin = parse()
-	assert.Equal(t, -time.Nanosecond, margin, "negative: no margin")
+	t.Setenv("ALLOT_BREAKER_MAX_OPEN", "1s")
+	_, brk = parse()
+	assert.Equal(t, time.Second, brk.MaxOpen)
 }

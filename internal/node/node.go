@@ -216,7 +216,7 @@ func (n *Node) openStore(ctx context.Context) (decide.Store, error) {
 	}
 	m, err := lease.New(lease.Options{
 		Source: n.leaseSource(st), Defaults: n.cfg.Lease, Logger: n.perRequestLog(), ColdExact: true, ColdHits: n.cfg.LeaseColdHits,
-		CallTimeout: n.cfg.Resilience.LeaseTimeout, // --redis-lease-timeout
+		CallTimeout: n.cfg.Resilience.RedisMaxWait, // --redis-max-wait
 	})
 	if err != nil {
 		_ = st.Close()

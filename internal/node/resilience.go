@@ -36,19 +36,11 @@ type Resilience struct {
 	// gets all of RedisTimeout, as before the margin existed). It must be
 	// less than RedisTimeout.
 	RedisTimeoutMargin time.Duration
-	// LeaseTimeout is the deadline of one asynchronous lease refill or
-	// return (lease.Options.CallTimeout, the only one on such a call).
-	// Zero means lease.DefaultCallTimeout.
-	LeaseTimeout time.Duration
-	// RedisMaxWait, RedisStallMax, RedisPipelines and RedisMaxBatch are
-	// region.Options' MaxWait (longest wait on a healthy shard before a
-	// call is shed), StallMax (cap of the adaptive stall threshold),
-	// Pipelines (in flight per shard) and MaxBatch (calls per pipeline);
-	// zero takes region's defaults.
-	RedisMaxWait   time.Duration
-	RedisStallMax  time.Duration
-	RedisPipelines int
-	RedisMaxBatch  int
+	// RedisMaxWait is region.Options.MaxWait: the longest a call waits on
+	// a healthy shard before it is shed. It is also the deadline of an
+	// asynchronous lease refill or return (lease.Options.CallTimeout),
+	// which waits on the same shard. Zero takes region's default.
+	RedisMaxWait time.Duration
 	// Breaker configures the per-shard circuit breakers.
 	Breaker region.BreakerOptions
 
@@ -91,7 +83,7 @@ func (r Resilience) callTimeout() (time.Duration, error) {
 func (r Resilience) regionOptions(n *Node, call time.Duration) region.Options {
 	return region.Options{
 		Timeout: call, Breaker: r.Breaker, Logger: n.log,
-		MaxWait: r.RedisMaxWait, StallMax: r.RedisStallMax, Pipelines: r.RedisPipelines, MaxBatch: r.RedisMaxBatch,
+		MaxWait: r.RedisMaxWait,
 	}
 }
 
@@ -167,6 +159,17 @@ func splitHostPort(addr string) (string, int, error) {
 	return host, port, nil
 }
 
+// storeDegraded reports whether some shard's breaker is not closed: part
+// of the region's keys are decided by on_store_failure.
+func storeDegraded(s *region.Store) bool {
+	for _, h := range s.Shards() {
+		if h.State != region.BreakerClosed {
+			return true
+		}
+	}
+	return false
+}
+
 // watchStore keeps the StoreHealthService status in step with the
 // breakers until the node closes.
 func (n *Node) watchStore() {
@@ -177,7 +180,7 @@ func (n *Node) watchStore() {
 	}
 	set := func() {
 		st := healthpb.HealthCheckResponse_SERVING
-		if r.store.Degraded() {
+		if storeDegraded(r.store) {
 			st = healthpb.HealthCheckResponse_NOT_SERVING
 		}
 		n.health.SetServingStatus(StoreHealthService, st)
@@ -214,13 +217,7 @@ func (n *Node) StoreStatus() string {
 	var bad []string
 	for _, h := range r.store.Shards() {
 		if h.State != region.BreakerClosed {
-			// An open breaker has no counts (they reset when it opens):
-			// "open (0/0 failed)" read as if nothing had failed.
-			if h.Requests == 0 {
-				bad = append(bad, fmt.Sprintf("%s %s", h.Shard, h.State))
-			} else {
-				bad = append(bad, fmt.Sprintf("%s %s (%d/%d failed)", h.Shard, h.State, h.Failures, h.Requests))
-			}
+			bad = append(bad, fmt.Sprintf("%s %s", h.Shard, h.State))
 		}
 	}
 	var b strings.Builder
