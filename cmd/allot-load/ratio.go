@@ -19,7 +19,7 @@ func runRatio(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlags("allot-load ratio", "ALLOT_LOAD_RATIO_", stderr)
 	mode := fs.String("mode", sweep.RatioExact, "what the node decides: "+strings.Join(sweep.RatioModes, ", ")+
 		" (exact: 10,000 tenants on Redis; leased: one hot tenant, precision leased, on Redis; standalone: 10,000 tenants, no Redis)")
-	node := fs.nodeFlags("allot-node binary to start (a separate process)", "--redis-pipelines 2")
+	node := fs.nodeFlags("allot-node binary to start (a separate process)", "--redis-timeout 10ms")
 	pairs := fs.Int("pairs", 3, "no-op / node pairs to run, alternated")
 	conc := fs.Int("concurrency", 32, "closed-loop workers of the generator")
 	measure := fs.Duration("measure", 8*time.Second, "length of each run")

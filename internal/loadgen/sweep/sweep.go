@@ -449,7 +449,7 @@ func (r *runner) nodeRow(ctx context.Context, c Case, level int) (Row, error) {
 
 // watchEvery is how often the node's breaker gauge is scraped when the
 // node has no openings counter. A breaker stays open for its
-// --breaker-open-for (5 s by default), far longer.
+// --breaker-max-open (5 s by default), far longer.
 const watchEvery = 100 * time.Millisecond
 
 // watch takes the warm-up snapshot of Redis and the node's metrics, and
