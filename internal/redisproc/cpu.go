@@ -1,7 +1,6 @@
 package redisproc
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"os/exec"
@@ -64,9 +63,6 @@ func PinRedis(log *slog.Logger) (redisCPUs []int, undo func()) {
 		}
 	}
 }
-
-// errNoAffinity is the error of the CPU affinity calls outside Linux.
-var errNoAffinity = errors.New("CPU affinity is only set on Linux")
 
 // start starts cmd, on cpus when set. A failure to pin is logged and
 // the process started unpinned: never a reason not to run.

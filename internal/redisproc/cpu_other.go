@@ -2,7 +2,13 @@
 
 package redisproc
 
-import "os/exec"
+import (
+	"errors"
+	"os/exec"
+)
+
+// errNoAffinity is the error of the CPU affinity calls outside Linux.
+var errNoAffinity = errors.New("CPU affinity is only set on Linux")
 
 func allowedCPUs() ([]int, error)                        { return nil, errNoAffinity }
 func setProcessCPUs([]int) error                         { return errNoAffinity }
