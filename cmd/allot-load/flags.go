@@ -62,3 +62,24 @@ func (n nodeFlags) check() error {
 }
 
 func (n nodeFlags) extra() []string { return strings.Fields(*n.args) }
+
+// redisCPU is --redis-cpu, for the subcommands that start a
+// redis-server (sweep, ratio).
+type redisCPU struct{ v *string }
+
+func (f cmdFlags) redisCPU() redisCPU {
+	return redisCPU{f.String("redis-cpu", "last",
+		"CPU of redis-server: last (the last CPU is Redis's alone, as on a Redis host of its own; the node, the no-op server "+
+			"and the generator share the others; Linux with 2+ CPUs, else unpinned) or none (Redis shares every CPU)")}
+}
+
+// shared reports whether Redis shares the CPUs (--redis-cpu none).
+func (r redisCPU) shared() (bool, error) {
+	switch *r.v {
+	case "last":
+		return false, nil
+	case "none":
+		return true, nil
+	}
+	return false, fmt.Errorf("--redis-cpu %q: want last or none", *r.v)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -25,6 +26,7 @@ func runRatio(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	measure := fs.Duration("measure", 8*time.Second, "length of each run")
 	warmup := fs.Duration("warmup", 2*time.Second, "one uncounted run against the node before the first pair")
 	conns := fs.Int("conns", 1, "generator gRPC connections")
+	redisCPU := fs.redisCPU()
 	dir := fs.String("dir", "", "keep the policy file and the redis-server, node and no-op logs here (default: a temporary directory, removed)")
 	if err := fs.parse(args); err != nil {
 		return err
@@ -38,6 +40,10 @@ func runRatio(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *measure <= 0 || *warmup <= 0 {
 		return fmt.Errorf("--measure %v, --warmup %v: want positive", *measure, *warmup)
 	}
+	shared, err := redisCPU.shared()
+	if err != nil {
+		return err
+	}
 	if err := node.check(); err != nil {
 		return err
 	}
@@ -48,7 +54,7 @@ func runRatio(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg := sweep.RatioConfig{
 		NodeBin: *node.bin, LoadBin: self, NodeArgs: node.extra(), Mode: *mode,
 		Pairs: *pairs, Concurrency: *conc, Measure: *measure, Warmup: *warmup, Conns: *conns, Dir: *dir,
-		Out: stdout,
+		SharedRedis: shared, Logger: slog.New(slog.NewTextHandler(stderr, nil)), Out: stdout,
 	}
 	_, err = sweep.Ratio(ctx, cfg)
 	return err

@@ -29,6 +29,11 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	baseline := fs.Int("baseline", 32, "first run allot-load's no-op server (its own process) and the exact path at this concurrency; 0 skips")
 	timeout := fs.Duration("timeout", 2*time.Second, "per-check timeout; a timed-out check counts as an error")
 	conns := fs.Int("conns", 1, "generator gRPC connections")
+	pauses := fs.String("pauses", "", "after the level rows, a row per case and pause (e.g. 20ms,100ms,250ms) in which the node is "+
+		"stopped (SIGSTOP) for the pause once every --pause-every, then continued (SIGCONT), as CFS throttling does; empty: none")
+	pauseLevel := fs.Int("pause-level", 32, "closed-loop concurrency of the pause rows")
+	pauseEvery := fs.Duration("pause-every", time.Second, "time from one pause of the node to the next in a pause row")
+	redisCPU := fs.redisCPU()
 	dir := fs.String("dir", "", "keep the policy files and the redis-server, node and no-op logs here (default: a temporary directory, removed)")
 	logLevel := fs.String("log-level", "info", "log level of the sweep's progress on stderr: debug, info, warn, error")
 	if err := fs.parse(args); err != nil {
@@ -40,6 +45,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	cfg := sweep.Config{
 		NodeBin: *node.bin, NodeArgs: node.extra(), Baseline: *baseline,
+		PauseLevel: *pauseLevel, PauseEvery: *pauseEvery,
 		Warmup: *warmup, Measure: *measure, Timeout: *timeout, Conns: *conns, Dir: *dir,
 		Rows: stdout, Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	}
@@ -48,6 +54,19 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if cfg.Levels, err = sweep.ParseLevels(*levels); err != nil {
 			return fmt.Errorf("--levels: %w", err)
 		}
+	}
+	for _, p := range splitList(*pauses) {
+		d, err := time.ParseDuration(p)
+		if err != nil || d <= 0 || d >= *pauseEvery {
+			return fmt.Errorf("--pauses %q: want durations above 0 and below --pause-every (%v)", p, *pauseEvery)
+		}
+		cfg.Pauses = append(cfg.Pauses, d)
+	}
+	if *pauseLevel < 1 || *pauseEvery <= 0 {
+		return fmt.Errorf("--pause-level %d, --pause-every %v: want positive", *pauseLevel, *pauseEvery)
+	}
+	if cfg.SharedRedis, err = redisCPU.shared(); err != nil {
+		return err
 	}
 	if cfg.Cases, err = parseCases(*precisions, *keys, *keyCount, *limits); err != nil {
 		return err
@@ -66,7 +85,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := node.check(); err != nil {
 		return err
 	}
-	cfg.Logger.Info("sweep", "rows", len(cfg.Levels)*len(cfg.Cases), "baseline", cfg.Baseline, "estimated", cfg.Duration().String())
+	cfg.Logger.Info("sweep", "rows", (len(cfg.Levels)+len(cfg.Pauses))*len(cfg.Cases), "baseline", cfg.Baseline, "estimated", cfg.Duration().String())
 	rows, err := sweep.Run(ctx, cfg)
 	if all, byStore, ok := sweep.BaselineRatio(rows); ok {
 		fmt.Fprintf(stdout, "\nexact / no-op decisions/s at concurrency %d: %.2f (counting only decisions the store made: %.2f)\n",

@@ -19,6 +19,7 @@ import (
 	"github.com/allot-dev/allot/internal/faultproxy"
 	"github.com/allot-dev/allot/internal/loadgen"
 	"github.com/allot-dev/allot/internal/natstest"
+	"github.com/allot-dev/allot/internal/redisproc"
 	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/internal/sandbox"
 	"github.com/allot-dev/allot/policy"
@@ -139,8 +140,12 @@ func TestChaos(t *testing.T) {
 	set, err := policy.Load(policies, data)
 	require.NoError(t, err)
 	w := &world{t: t, set: set, proxies: map[string][]*faultproxy.Proxy{}, gateways: map[[2]string]*faultproxy.Proxy{}}
+	// Redis on a CPU of its own, as on hosts of its own; the nodes,
+	// coordinators and NATS servers (this process) on the others.
+	redisCPUs, unpin := redisproc.PinRedis(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	t.Cleanup(unpin)
 	sb, err := sandbox.Start(context.Background(), sandbox.Config{
-		Policies: policies, Standby: true, Logger: chaosLogger(t),
+		Policies: policies, Standby: true, Logger: chaosLogger(t), RedisCPUs: redisCPUs,
 		RedisProxy: func(region string, _ int, target string) (string, error) {
 			p := faultproxy.New(t, target)
 			w.proxies[region] = append(w.proxies[region], p)

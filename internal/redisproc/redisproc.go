@@ -47,6 +47,11 @@ type Options struct {
 	Port int
 	// Args are extra redis-server arguments ("--cluster-enabled", "yes").
 	Args []string
+	// CPUs, when set, are the only CPUs the server may run on (its CPU
+	// affinity, set before redis-server runs, kept across Restart); see
+	// PinRedis. Linux only: elsewhere, or if the kernel refuses, the
+	// server runs unpinned and a warning is logged.
+	CPUs []int
 }
 
 // Server is one redis-server process.
@@ -138,7 +143,7 @@ func (s *Server) launch(ctx context.Context) error {
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
+	if err := start(cmd, s.opts.CPUs); err != nil {
 		logf.Close()
 		return fmt.Errorf("exec redis-server: %w", err)
 	}
@@ -219,6 +224,15 @@ func (s *Server) Pid() int {
 		return 0
 	}
 	return s.cmd.Process.Pid
+}
+
+// CPUs is the CPUs the running server may run on, as the kernel has it.
+func (s *Server) CPUs() ([]int, error) {
+	pid := s.Pid()
+	if pid == 0 {
+		return nil, errors.New("redisproc: server not started")
+	}
+	return processCPUs(pid)
 }
 
 // Kill sends SIGKILL and waits for the process to exit. Safe to call

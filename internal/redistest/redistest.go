@@ -7,8 +7,10 @@ package redistest
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/allot-dev/allot/internal/redisproc"
@@ -50,9 +52,40 @@ func Server(t testing.TB) *Instance {
 	return start(t, t.TempDir())
 }
 
+// PinRedis gives redis-server a CPU of its own until the test ends
+// (redisproc.PinRedis): the test process runs on the other CPUs, and
+// ServerOn starts servers on the returned ones (nil when pinning is not
+// possible, which is logged: the servers then run unpinned).
+func PinRedis(t testing.TB) []int {
+	t.Helper()
+	cpus, undo := redisproc.PinRedis(slog.New(slog.NewTextHandler(tlog{t}, nil)))
+	t.Cleanup(undo)
+	return cpus
+}
+
+// ServerOn is Server on the given CPUs (see PinRedis).
+func ServerOn(t testing.TB, cpus []int) *Instance {
+	t.Helper()
+	Require(t)
+	return startOn(t, t.TempDir(), cpus)
+}
+
+// tlog writes log lines to t.Log.
+type tlog struct{ t testing.TB }
+
+func (w tlog) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
 func start(t testing.TB, dir string, extra ...string) *Instance {
 	t.Helper()
-	srv, err := redisproc.Start(context.Background(), redisproc.Options{Dir: dir, Args: extra})
+	return startOn(t, dir, nil, extra...)
+}
+
+func startOn(t testing.TB, dir string, cpus []int, extra ...string) *Instance {
+	t.Helper()
+	srv, err := redisproc.Start(context.Background(), redisproc.Options{Dir: dir, Args: extra, CPUs: cpus})
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}

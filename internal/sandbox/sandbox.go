@@ -66,6 +66,11 @@ type Config struct {
 	// connections, so a gossiped URL cannot take a reconnect around the
 	// proxies. Clients keep their direct link to their region's server.
 	GatewayProxy func(from, to, target string) (string, error)
+	// RedisCPUs, when set, are the only CPUs the redis-servers run on
+	// (redisproc.Options.CPUs): with redisproc.PinRedis, a CPU of their
+	// own, while the nodes, coordinators and NATS servers (this
+	// process) run on the others, as with Redis hosts of their own.
+	RedisCPUs []int
 	// Logger receives the components' logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -192,7 +197,7 @@ func (r *Region) startRedis(ctx context.Context) error {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("sandbox: %w", err)
 		}
-		o := redisproc.Options{Dir: dir}
+		o := redisproc.Options{Dir: dir, CPUs: cfg.RedisCPUs}
 		if cfg.Masters > 1 {
 			o.Args = redisproc.ClusterArgs(dir)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -59,6 +60,12 @@ type RatioConfig struct {
 	// Dir keeps the policy file and the process logs; empty uses a
 	// temporary directory removed at the end.
 	Dir string
+	// SharedRedis runs redis-server on the CPUs the node, the no-op
+	// server and the generator use; by default a mode on Redis gives it
+	// a CPU of its own, as the sweep does (package doc).
+	SharedRedis bool
+	// Logger, when set, is told where redis-server runs.
+	Logger *slog.Logger
 	// Out, when set, receives a header line (mode, workers, load
 	// average), a line per pair as it is measured (WritePair), then the
 	// summary (WriteSummary).
@@ -206,7 +213,13 @@ func Ratio(ctx context.Context, cfg RatioConfig) (pairs []Pair, err error) {
 	defer cleanup()
 	redisAddr, redisPid := "", 0
 	if cfg.Mode != RatioStandalone {
-		srv, err := redisproc.Start(ctx, redisproc.Options{Dir: dir})
+		var cpus []int
+		if !cfg.SharedRedis {
+			var undo func()
+			cpus, undo = redisproc.PinRedis(cfg.Logger)
+			defer undo()
+		}
+		srv, err := redisproc.Start(ctx, redisproc.Options{Dir: dir, CPUs: cpus})
 		if err != nil {
 			return nil, err
 		}

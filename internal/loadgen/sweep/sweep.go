@@ -8,7 +8,14 @@
 // reads the generator's counts and latencies, the node's /metrics
 // (breaker openings) and Redis's INFO (script calls, connections). An
 // optional baseline runs allot-load's no-op server, also as a process of
-// its own, and the exact path at the same concurrency.
+// its own, and the exact path at the same concurrency. Optional pause
+// rows stop the node (SIGSTOP, SIGCONT after a pause) once a second
+// while it carries load on a healthy Redis, as CFS throttling does.
+//
+// redis-server runs on a CPU of its own, as on a Redis host of its own:
+// the last CPU (redisproc.PinRedis); the node processes, the no-op server
+// and the generator (this process) share the others. Config.SharedRedis
+// turns that off.
 //
 // Everything the sweep starts listens on 127.0.0.1 and is stopped when
 // Run returns, whatever the reason (a cancelled context included); on
@@ -117,6 +124,16 @@ type Config struct {
 	// Baseline > 0 first runs the no-op server and the exact path
 	// (uniform tenants, huge limit) at this concurrency.
 	Baseline int
+	// Pauses, when set, add after the level rows a row per case and
+	// pause at PauseLevel in which the node is stopped (SIGSTOP) for
+	// the pause once every PauseEvery of the measured part, then
+	// continued (SIGCONT). Defaults 32 and 1s.
+	Pauses     []time.Duration
+	PauseLevel int
+	PauseEvery time.Duration
+	// SharedRedis runs redis-server on the CPUs the node and the
+	// generator use; by default it has a CPU of its own (package doc).
+	SharedRedis bool
 	// Warmup is the start of each row left out of its figures; Measure
 	// is the measured part. Defaults 1s and 3s.
 	Warmup, Measure time.Duration
@@ -146,6 +163,12 @@ func (c *Config) defaults() {
 	if c.Conns <= 0 {
 		c.Conns = 1
 	}
+	if c.PauseLevel == 0 {
+		c.PauseLevel = 32
+	}
+	if c.PauseEvery == 0 {
+		c.PauseEvery = time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -162,8 +185,16 @@ func (c *Config) validate() error {
 	if c.Baseline < 0 || c.Baseline > MaxConcurrency {
 		errs = append(errs, fmt.Errorf("baseline concurrency %d: want 0..%d", c.Baseline, MaxConcurrency))
 	}
-	if len(c.Levels) == 0 && c.Baseline == 0 {
-		errs = append(errs, errors.New("no level and no baseline: nothing to run"))
+	if len(c.Levels) == 0 && c.Baseline == 0 && len(c.Pauses) == 0 {
+		errs = append(errs, errors.New("no level, no baseline and no pause: nothing to run"))
+	}
+	for _, p := range c.Pauses {
+		if p <= 0 || p >= c.PauseEvery {
+			errs = append(errs, fmt.Errorf("pause %v: want more than 0 and less than the %v between pauses", p, c.PauseEvery))
+		}
+	}
+	if len(c.Pauses) > 0 && (c.PauseLevel < 1 || c.PauseLevel > MaxConcurrency) {
+		errs = append(errs, fmt.Errorf("pause level %d: want 1..%d", c.PauseLevel, MaxConcurrency))
 	}
 	for _, l := range c.Levels {
 		if l < 1 || l > MaxConcurrency {
@@ -187,12 +218,15 @@ func (c *Config) validate() error {
 // Duration estimates how long the sweep takes, process starts aside.
 func (c Config) Duration() time.Duration {
 	c.defaults()
-	rows := len(c.Levels) * len(c.Cases)
+	rows := c.rows()
 	if c.Baseline > 0 {
 		rows += 2
 	}
 	return time.Duration(rows) * (c.Warmup + c.Measure)
 }
+
+// rows is the number of node rows of the cases: levels and pauses.
+func (c Config) rows() int { return (len(c.Levels) + len(c.Pauses)) * len(c.Cases) }
 
 // runner is one sweep in progress.
 type runner struct {
@@ -219,10 +253,19 @@ func Run(ctx context.Context, cfg Config) (rows []Row, err error) {
 		return nil, fmt.Errorf("sweep dir: %w", err)
 	}
 	defer cleanup()
-	if r.redis, err = redisproc.Start(ctx, redisproc.Options{Dir: r.dir}); err != nil {
+	var redisCPUs []int
+	if !cfg.SharedRedis {
+		var undo func()
+		redisCPUs, undo = redisproc.PinRedis(cfg.Logger)
+		defer undo()
+	}
+	if r.redis, err = redisproc.Start(ctx, redisproc.Options{Dir: r.dir, CPUs: redisCPUs}); err != nil {
 		return nil, err
 	}
 	defer r.redis.Kill()
+	if cpus, err := r.redis.CPUs(); err == nil {
+		cfg.Logger.Info("redis-server", "pid", r.redis.Pid(), "cpus", cpus)
+	}
 	r.rc = redis.NewClient(&redis.Options{Addr: r.redis.Addr, PoolSize: 1, MaxRetries: -1, Protocol: 2})
 	defer r.rc.Close()
 	if _, err := r.redisStats(ctx); err != nil {
@@ -236,7 +279,7 @@ func Run(ctx context.Context, cfg Config) (rows []Row, err error) {
 			return nil, fmt.Errorf("redis CONFIG SET %s: %w", kv[0], err)
 		}
 	}
-	cfg.Logger.Info("sweep starting", "redis", r.redis.Addr, "rows", len(cfg.Levels)*len(cfg.Cases), "estimate", cfg.Duration())
+	cfg.Logger.Info("sweep starting", "redis", r.redis.Addr, "rows", cfg.rows(), "estimate", cfg.Duration())
 	if cfg.Rows != nil {
 		if err := WriteHeader(cfg.Rows); err != nil {
 			return nil, err
@@ -257,7 +300,7 @@ func Run(ctx context.Context, cfg Config) (rows []Row, err error) {
 		if err != nil {
 			return rows, err
 		}
-		exact, err := r.nodeRow(ctx, Case{Precision: "exact", Keys: Uniform10k, Limit: HugeLimit}, cfg.Baseline)
+		exact, err := r.nodeRow(ctx, Case{Precision: "exact", Keys: Uniform10k, Limit: HugeLimit}, cfg.Baseline, 0)
 		if err == nil {
 			err = emit(exact)
 		}
@@ -267,7 +310,18 @@ func Run(ctx context.Context, cfg Config) (rows []Row, err error) {
 	}
 	for _, c := range cfg.Cases {
 		for _, level := range cfg.Levels {
-			row, err := r.nodeRow(ctx, c, level)
+			row, err := r.nodeRow(ctx, c, level, 0)
+			if err == nil {
+				err = emit(row)
+			}
+			if err != nil {
+				return rows, err
+			}
+		}
+	}
+	for _, c := range cfg.Cases {
+		for _, pause := range cfg.Pauses {
+			row, err := r.nodeRow(ctx, c, cfg.PauseLevel, pause)
 			if err == nil {
 				err = emit(row)
 			}
@@ -372,8 +426,10 @@ func (r *runner) noopRow(ctx context.Context, level int) (Row, error) {
 	return row, nil
 }
 
-// nodeRow measures case c at level on a fresh node and an empty Redis.
-func (r *runner) nodeRow(ctx context.Context, c Case, level int) (Row, error) {
+// nodeRow measures case c at level on a fresh node and an empty Redis;
+// with pause > 0 the node is stopped for pause once every PauseEvery of
+// the measured part.
+func (r *runner) nodeRow(ctx context.Context, c Case, level int, pause time.Duration) (Row, error) {
 	if err := r.rc.FlushAll(ctx).Err(); err != nil {
 		return Row{}, fmt.Errorf("FLUSHALL: %w", err)
 	}
@@ -394,7 +450,7 @@ func (r *runner) nodeRow(ctx context.Context, c Case, level int) (Row, error) {
 		return Row{}, err
 	}
 	defer n.stop()
-	r.cfg.Logger.Info("row", "case", c.String(), "concurrency", level, "node", n.grpcAddr)
+	r.cfg.Logger.Info("row", "case", c.String(), "concurrency", level, "pause", pause, "node", n.grpcAddr)
 
 	cfg := r.load(n.grpcAddr, c.Keys, level)
 	if c.Limit.CompareIdeal {
@@ -404,6 +460,10 @@ func (r *runner) nodeRow(ctx context.Context, c Case, level int) (Row, error) {
 	wctx, stopWatch := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { w.run(wctx, r.cfg.Warmup) })
+	var ps pauses
+	if pause > 0 {
+		wg.Go(func() { ps = pauseEvery(wctx, n.proc, r.cfg.Warmup, r.cfg.PauseEvery, pause) })
+	}
 	rep, err := loadgen.Run(ctx, cfg)
 	stopWatch()
 	wg.Wait()
@@ -416,8 +476,17 @@ func (r *runner) nodeRow(ctx context.Context, c Case, level int) (Row, error) {
 	if w.err != nil {
 		return Row{}, w.err
 	}
-	row := Row{Server: "node", Case: c, Concurrency: level, Addr: n.grpcAddr, HasRedis: true}
+	if ps.err != nil {
+		return Row{}, ps.err
+	}
+	row := Row{Server: "node", Case: c, Concurrency: level, Addr: n.grpcAddr, HasRedis: true, Pause: pause, PauseEvery: r.cfg.PauseEvery}
 	fill(&row, rep)
+	if pause > 0 {
+		r.cfg.Logger.Info("node paused", "case", c.String(), "pause", pause, "pauses", ps.n, "longest_stopped", ps.longest.Round(time.Millisecond))
+		if ps.n == 0 {
+			return Row{}, fmt.Errorf("%s: the node was never paused (measure %v, a pause every %v)", c, r.cfg.Measure, r.cfg.PauseEvery)
+		}
+	}
 	// The end snapshot: the load is over, its last calls answered.
 	if err := w.sample(ctx); err != nil {
 		return Row{}, err

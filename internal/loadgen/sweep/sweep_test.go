@@ -189,3 +189,57 @@ func (h rowHandler) Handle(_ context.Context, r slog.Record) error {
 	})
 	return nil
 }
+
+// The node's own pauses are never Redis's fault (issue 34, point 6): a
+// node stopped (SIGSTOP) for 250 ms once a second while it carries 32
+// checks in flight on a healthy Redis, as CFS throttling stops it,
+// answers them late: no FAILED_OPEN, no degraded answer, no breaker
+// opening, no check lost. Redis has a CPU of its own, as in the sweep.
+func TestPausedNodeIsNotRedisFault(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds allot-node and runs it")
+	}
+	redistest.Require(t)
+	nodeBin, _ := buildBinaries(t)
+	const pause = 250 * time.Millisecond
+	var table bytes.Buffer
+	rows, err := Run(t.Context(), Config{
+		NodeBin: nodeBin,
+		Cases: []Case{
+			{Precision: "exact", Keys: Uniform10k, Limit: HugeLimit},
+			{Precision: "leased", Keys: HotKey, Limit: RealLimit},
+		},
+		Pauses: []time.Duration{pause}, PauseLevel: 32, PauseEvery: time.Second,
+		Warmup: 300 * time.Millisecond, Measure: 2 * time.Second, Rows: &table, Dir: t.TempDir(),
+		Logger: slog.New(slog.NewTextHandler(testLog{t}, nil)),
+	})
+	t.Log("\n" + table.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 {
+		t.Fatalf("%d rows, want one per case", len(rows))
+	}
+	for _, r := range rows {
+		if r.Pause != pause || r.Concurrency != 32 {
+			t.Errorf("%s: pause %v at %d in flight, want %v at 32", r.Case, r.Pause, r.Concurrency, pause)
+		}
+		if r.FailedOpen != 0 || r.Degraded != 0 || r.BreakerOpenings != 0 || r.Errors != 0 || r.Shed != 0 {
+			t.Errorf("%s, node paused %v: failed open %d, degraded %d, breaker openings %d, errors %d, shed %d; want all 0",
+				r.Case, pause, r.FailedOpen, r.Degraded, r.BreakerOpenings, r.Errors, r.Shed)
+		}
+		// Two pauses of 32 checks in about 2 s of them: the slowest
+		// thousandth waited through a pause.
+		if r.Sent == 0 || r.P999 < pause/2 {
+			t.Errorf("%s: %d sent, p99.9 %v: the pauses did not show", r.Case, r.Sent, r.P999)
+		}
+	}
+}
+
+// testLog writes each log line to t.Log.
+type testLog struct{ t *testing.T }
+
+func (w testLog) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}

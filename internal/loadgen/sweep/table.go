@@ -19,6 +19,9 @@ type Row struct {
 	Concurrency int
 	// Addr is the gRPC address the row's load went to.
 	Addr string
+	// Pause > 0 marks a pause row: the node was stopped for Pause once
+	// every PauseEvery of the measured part.
+	Pause, PauseEvery time.Duration
 
 	Sent      int64
 	Decisions float64 // answered checks per second (Sent less Failed, over the measured span)
@@ -129,7 +132,11 @@ func WriteRow(w io.Writer, r Row) error {
 			ratio = fmt.Sprintf("%.3f", r.Ratio())
 		}
 	}
-	cells := []string{r.Server, prec, keys, limit, strconv.Itoa(r.Concurrency), group(int64(math.Round(r.Decisions))),
+	server := r.Server
+	if r.Pause > 0 {
+		server = fmt.Sprintf("%s paused %v every %v", r.Server, r.Pause, r.PauseEvery)
+	}
+	cells := []string{server, prec, keys, limit, strconv.Itoa(r.Concurrency), group(int64(math.Round(r.Decisions))),
 		Duration(r.P50), Duration(r.P99), Duration(r.P999),
 		group(r.FailedOpen), group(r.Degraded), group(r.Shed), group(r.Errors), breaker,
 		float(r.CallsPer1k(), 1), float(r.UsecPerCall(), 1), conns, group(r.Admitted), ideal, ratio}
