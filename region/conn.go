@@ -9,8 +9,8 @@ import (
 )
 
 // progress is the stall rule's evidence about one Redis address: since
-// when each connection has waited for a reply to what it wrote, and the
-// bytes the kernel received on it. The kernel receives while this process
+// when each connection has waited for a reply to what it last wrote, and
+// the bytes the kernel received on it. The kernel receives while this process
 // is paused or short of CPU: a slow node never looks like a silent Redis.
 type progress struct {
 	mu    sync.Mutex
@@ -18,7 +18,7 @@ type progress struct {
 }
 
 // silentFor is the longest that a connection to the address has waited
-// for any byte of reply to what it wrote, among those whose socket has
+// for any byte of reply since it last wrote, among those whose socket has
 // received nothing this process has not read (the kernel is asked only
 // of waits of at least t).
 func (p *progress) silentFor(now time.Time, t time.Duration) time.Duration {
@@ -44,21 +44,23 @@ func (p *progress) silentFor(now time.Time, t time.Duration) time.Duration {
 }
 
 // trackedConn is a connection that knows when it last read, and since
-// when it has waited for a reply: its first write after its last read.
+// when it has waited for a reply: its last write, unless it read since.
 type trackedConn struct {
 	net.Conn
 	raw      syscall.RawConn // of the socket, nil if it has none
 	prog     *progress
 	lastRead atomic.Int64  // unix nanoseconds of its last read of bytes
-	waiting  atomic.Int64  // unix nanoseconds of its first write since then; 0: none
+	waiting  atomic.Int64  // unix nanoseconds of its last write if not read since; 0: none
 	read     atomic.Uint64 // bytes read, as the kernel counts them received
 	once     sync.Once
 }
 
 func (c *trackedConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
-	if n > 0 && c.waiting.Load() == 0 {
-		c.waiting.CompareAndSwap(0, time.Now().UnixNano())
+	if n > 0 {
+		// The last write: a request sent in several writes (a large
+		// pipeline, a node descheduled between them) is whole only then.
+		c.waiting.Store(time.Now().UnixNano())
 	}
 	return n, err
 }

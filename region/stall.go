@@ -1,8 +1,8 @@
 package region
 
-// The stall rule (README, "Failure handling"): a shard is stalled when
-// bytes written to one of its connections have had no byte of reply for
-// T (Options.Timeout) and nothing it received waits unread. The evidence
+// The stall rule (README, "Failure handling"): a shard is stalled when a
+// connection to it has had no byte of reply for T (Options.Timeout)
+// since it last wrote, and nothing it received waits unread. The evidence
 // is this process's own sockets (progress, conn.go).
 
 import (

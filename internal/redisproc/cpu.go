@@ -64,15 +64,23 @@ func PinRedis(log *slog.Logger) (redisCPUs []int, undo func()) {
 	}
 }
 
-// start starts cmd, on cpus when set. A failure to pin is logged and
-// the process started unpinned: never a reason not to run.
+// start starts cmd, on cpus when set, ahead of other processes
+// (prioritise). A failure to pin is logged and the process started
+// unpinned: never a reason not to run.
 func start(cmd *exec.Cmd, cpus []int) error {
 	if len(cpus) == 0 {
-		return cmd.Start()
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		prioritise(cmd.Process.Pid)
+		return nil
 	}
 	pinErr, err := startOn(cmd, cpus)
 	if pinErr != nil {
 		slog.Warn("redis-server started without its own CPU", "cpus", cpus, "reason", pinErr)
+	}
+	if err == nil {
+		prioritise(cmd.Process.Pid)
 	}
 	return err
 }

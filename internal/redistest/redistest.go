@@ -89,7 +89,6 @@ func startOn(t testing.TB, dir string, cpus []int, extra ...string) *Instance {
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
-	prioritise(srv.Pid())
 	in := &Instance{Addr: srv.Addr, t: t, srv: srv}
 	t.Cleanup(in.Kill)
 	return in
@@ -128,7 +127,7 @@ func (in *Instance) Restart() {
 	if err := in.srv.Restart(context.Background()); err != nil {
 		in.t.Fatalf("redistest: %v", err)
 	}
-	prioritise(in.srv.Pid())
+
 }
 
 // Cluster starts masters redis-server processes in cluster mode, joins them

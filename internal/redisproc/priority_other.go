@@ -1,6 +1,6 @@
 //go:build !linux
 
-package redistest
+package redisproc
 
 // prioritise is Linux's SCHED_FIFO (priority_linux.go); elsewhere the
 // server keeps its default policy.
