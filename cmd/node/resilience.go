@@ -2,16 +2,14 @@ package main
 
 import (
 	"flag"
-	"time"
 
-	"github.com/allot-dev/allot/internal/membership"
 	"github.com/allot-dev/allot/internal/node"
 	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/region"
 )
 
 // resilienceFlags declares the flags of node.Resilience (Redis deadlines,
-// circuit breakers, local fallback sizing, gossip) and returns a function
+// circuit breakers; gossip is in gossip.go) and returns a function
 // that reads them after parsing.
 func resilienceFlags(fs *flag.FlagSet) func() node.Resilience {
 	timeout := fs.Duration("redis-timeout", region.DefaultTimeout, "time budget of a decision waiting on a Redis shard that has stopped answering, the decision by the policy's on_store_failure included: a shard that holds calls and sends nothing back for this less --redis-timeout-margin (the least stall threshold; more when its recent round trips were slow) is judged stalled, its calls are decided by on_store_failure and its breaker opens. Time this node spends queueing or reading late is not counted against the shard")
@@ -28,13 +26,6 @@ func resilienceFlags(fs *flag.FlagSet) func() node.Resilience {
 	consecutive := fs.Int("breaker-consecutive-failures", region.DefaultBreakerConsecutive, "circuit breaker: this many failed round trips in a row (a stall opens it at once) also open a shard's breaker (a dead shard under steady traffic would otherwise wait for half a window); negative disables")
 	openFor := fs.Duration("breaker-open-for", region.DefaultBreakerOpenFor, "circuit breaker: the longest wait between background probes (PING) of an open breaker; each failed probe doubles the wait from --breaker-open-min up to this")
 	openMin := fs.Duration("breaker-open-min", region.DefaultBreakerOpenMin, "circuit breaker: wait before the first probe of a breaker that opened, so a blip costs about this long decided without Redis")
-	gossip := fs.String("gossip-addr", "", "memberlist gossip listen address HOST:PORT (TCP and UDP); empty disables gossip and the local fallback divides limits by --gossip-floor")
-	advertise := fs.String("gossip-advertise", "", "gossip address other nodes reach this one on (default: --gossip-addr's host)")
-	seeds := fs.String("gossip-seeds", "", "comma-separated gossip addresses of other nodes of the region")
-	floor := fs.Int("gossip-floor", membership.DefaultFloor, "least N the local fallback divides limits by, whatever gossip sees (a node alone never takes the whole limit)")
-	name := fs.String("gossip-name", "", "unique node name in the region (default: address and start time)")
-	probe := fs.Duration("gossip-probe-interval", 500*time.Millisecond, "gossip: how often a node probes another; failure detection takes a few of these")
-	suspicion := fs.Int("gossip-suspicion-mult", 4, "gossip: a suspect node is declared dead after about this many probe intervals (times log10 N)")
 	return func() node.Resilience {
 		return node.Resilience{
 			RedisTimeout:       *timeout,
@@ -48,13 +39,6 @@ func resilienceFlags(fs *flag.FlagSet) func() node.Resilience {
 				Window: *window, Bucket: *bucket, FailureRatio: *ratio,
 				MinRequests: uint32(min(*minReq, 1<<31)), OpenFor: *openFor, OpenMin: *openMin, Consecutive: *consecutive,
 			},
-			GossipAddr:          *gossip,
-			GossipAdvertise:     *advertise,
-			GossipSeeds:         splitList(*seeds),
-			GossipFloor:         *floor,
-			GossipName:          *name,
-			GossipProbeInterval: *probe,
-			GossipSuspicionMult: *suspicion,
 		}
 	}
 }

@@ -40,8 +40,9 @@ type Config struct {
 	// Store is the policy store the limits and knobs follow. Required;
 	// the caller closes it after Stop.
 	Store policystore.Store
-	// Knobs are the flags; the settings document's `rebalance:` block
-	// overrides them at runtime.
+	// Knobs are the base knobs (allot-coordinator: coord.DefaultKnobs);
+	// the settings document's `rebalance:` block overrides them at
+	// runtime.
 	Knobs coord.Knobs
 	// LockTTL is the active/standby lock's TTL (renewed every third of
 	// it); a standby takes over within it. Zero means 5 s.
@@ -149,7 +150,7 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	c.co = co
 	runCtx, cancel := context.WithCancel(ctx)
 	c.cancel = cancel
-	fl := &Follower{Source: cfg.Store.String(), Limits: limits, Coord: co, Flags: cfg.Knobs, Log: log}
+	fl := &Follower{Source: cfg.Store.String(), Limits: limits, Coord: co, Base: cfg.Knobs, Log: log}
 	c.wg.Go(func() {
 		if err := cfg.Store.Watch(runCtx, fl.Apply); err != nil && !errors.Is(err, context.Canceled) {
 			log.Error("coordinator: policy watch ended", "id", cfg.ID, "err", err)
@@ -200,13 +201,13 @@ func (c *Coordinator) closeAll() {
 }
 
 // Follower applies policy-store snapshots to a running coordinator: the
-// global limits, and the knobs (the flags overridden by the settings
+// global limits, and the knobs (Base overridden by the settings
 // document's `rebalance:` block), so operators retune without a restart.
 type Follower struct {
 	Source string // the store, for validation errors
 	Limits *coord.PolicyLimits
 	Coord  *coord.Coordinator
-	Flags  coord.Knobs
+	Base   coord.Knobs
 	Log    *slog.Logger
 }
 
@@ -227,12 +228,13 @@ func (fl *Follower) Apply(s policystore.Snapshot) {
 		return
 	}
 	fl.Limits.Update(set)
-	k, cur := fl.Flags.With(s.File.Rebalance), fl.Coord.Knobs()
+	k, cur := fl.Base.With(s.File.Rebalance), fl.Coord.Knobs()
 	if k == cur {
 		return
 	}
-	// The document is valid on its own but may still clash with a flag
-	// (a share_ttl flag under two document intervals): SetKnobs refuses.
+	// The document is valid on its own but may still clash with a base
+	// knob (a default share_ttl under two document intervals): SetKnobs
+	// refuses.
 	if err := fl.Coord.SetKnobs(k); err != nil {
 		fl.Log.Error("multi-region: knobs from the settings document rejected; keeping the current ones", "err", err)
 		return
