@@ -136,13 +136,14 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	}
 	c.closer = append(c.closer, func() { dem.Close() })
 	limits := coord.NewPolicyLimits(nil)
+	knobs := initialKnobs(ctx, cfg.Store, cfg.Knobs, log)
 	c.lock = &crashLock{Locker: &coord.RedisLock{Client: rs.Client(), Key: LockKey(cfg.Region), ID: cfg.ID, TTL: cfg.LockTTL}}
 	co, err := coord.New(coord.Config{
 		Region: cfg.Region, Regions: cfg.Regions, Transport: tr, Demand: dem,
 		Writer: coord.RedisWriter{Client: rs.Client()}, Limits: limits, Lock: c.lock,
 		// Renewed three times per TTL, whatever the interval.
 		LockRenew: cfg.LockTTL / 3,
-		Knobs:     cfg.Knobs, Logger: log, Observe: cfg.Observe,
+		Knobs:     knobs, Logger: log, Observe: cfg.Observe,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("coordinator %s: %w", cfg.ID, err)
@@ -157,12 +158,32 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 		}
 	})
 	c.wg.Go(func() {
-		log.Info("multi-region coordinator running", "region", cfg.Region, "regions", cfg.Regions, "interval", cfg.Knobs.Interval, "id", cfg.ID)
+		log.Info("multi-region coordinator running", "region", cfg.Region, "regions", cfg.Regions, "interval", knobs.Interval, "id", cfg.ID)
 		if err := co.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
 			log.Error("multi-region coordinator stopped", "id", cfg.ID, "err", err)
 		}
 	})
 	return c, nil
+}
+
+// initialKnobs are the knobs of the first epoch: base with the settings
+// document's rebalance: block, read before the coordinator runs, so a
+// document's interval holds from the first epoch rather than from the
+// one after the first snapshot (an epoch of base's 10 s). A store that
+// cannot be read, or a block that clashes with base, leaves base; the
+// Follower applies the document once it arrives.
+func initialKnobs(ctx context.Context, st policystore.Store, base coord.Knobs, log *slog.Logger) coord.Knobs {
+	s, err := st.Settings(ctx)
+	if err != nil {
+		log.Warn("multi-region: settings document not read at start; knobs follow it once the store answers", "err", err)
+		return base
+	}
+	k := base.With(s.Rebalance)
+	if err := k.Validate(); err != nil {
+		log.Error("multi-region: knobs from the settings document rejected; keeping the defaults", "err", err)
+		return base
+	}
+	return k
 }
 
 // ID is the name of this process in the region's lock.
