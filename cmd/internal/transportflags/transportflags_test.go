@@ -1,11 +1,13 @@
 package transportflags_test
 
 import (
+	"context"
 	"crypto/tls"
 	"flag"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
@@ -15,6 +17,8 @@ import (
 	"github.com/allot-dev/allot/cmd/internal/transportflags"
 	"github.com/allot-dev/allot/internal/certtest"
 	"github.com/allot-dev/allot/internal/natstest"
+	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/region"
 )
 
 // natsOptions parses args as allot-node does and returns the NATS
@@ -154,4 +158,42 @@ func TestREADMETransportTable(t *testing.T) {
 	if d := cli.TableDisagreements(fs, rows, false); len(d) > 0 {
 		t.Errorf("README's Transport security table and the flags disagree:\n%s", strings.Join(d, "\n"))
 	}
+}
+
+// A rediss:// URL with an ACL user and the --client-tls-* files reaches a
+// Redis that requires TLS, client certificates and that user, as the node
+// and coordinator open it (package region).
+func TestRedisURLReachesSecureRedis(t *testing.T) {
+	dir := t.TempDir()
+	ca := certtest.NewCA(t, "allot test CA")
+	caFile := ca.WriteCA(t, dir, "ca")
+	srvCert, srvKey := ca.Server(t).Write(t, dir, "redis")
+	cliCert, cliKey := ca.Client(t, "allot-node").Write(t, dir, "client")
+	srv := redistest.ServerWith(t, redistest.Options{
+		TLS:   &redistest.TLS{CertFile: srvCert, KeyFile: srvKey, CAFile: caFile},
+		Users: map[string]string{"allot": "s3cret"},
+	})
+	files := []string{"--client-tls-ca", caFile, "--client-tls-cert", cliCert, "--client-tls-key", cliKey}
+	open := func(spec string, args ...string) (string, error) {
+		t.Helper()
+		r, err := redis(t, spec, args...)
+		require.NoError(t, err)
+		ctx := context.Background()
+		st, err := region.Open(ctx, r.Addrs, region.Options{Username: r.Username, Password: r.Password, TLSConfig: r.TLS, DialTimeout: 2 * time.Second})
+		if err != nil {
+			return "", err
+		}
+		defer st.Close()
+		return st.Client().Do(ctx, "ACL", "WHOAMI").Text()
+	}
+	who, err := open("rediss://allot:s3cret@"+srv.Addr, files...)
+	require.NoError(t, err)
+	assert.Equal(t, "allot", who)
+
+	_, err = open("redis://allot:s3cret@"+srv.Addr, files...)
+	assert.Error(t, err, "plaintext to a TLS port")
+	_, err = open("rediss://allot:guess@"+srv.Addr, files...)
+	assert.Error(t, err, "wrong password")
+	_, err = open("rediss://allot:s3cret@"+srv.Addr, "--client-tls-ca", caFile)
+	assert.Error(t, err, "no client certificate")
 }
