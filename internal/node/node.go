@@ -85,7 +85,8 @@ type Config struct {
 
 // DefaultDrainPeriod is --drain-period's default: longer than a load
 // balancer's usual readiness probe interval, short enough to fit a
-// Kubernetes termination grace period (30 s) with --shutdown-timeout.
+// Kubernetes termination grace period (30 s) with allot-node's 10 s
+// shutdown timeout.
 const DefaultDrainPeriod = 5 * time.Second
 
 // streamWorkers is how many gRPC calls in flight reuse a parked
