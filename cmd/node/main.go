@@ -79,7 +79,7 @@ func register(fs *flag.FlagSet) *flags {
 	f.res = resilienceFlags(fs)
 	f.gossip = gossipFlags(fs)
 	f.multi = multiRegionFlags(fs)
-	f.transport = transportflags.Register(fs, "gRPC, HTTP and proxy")
+	f.transport = transportflags.Register(fs, "gRPC, HTTP, metrics and proxy")
 	return f
 }
 

@@ -69,6 +69,12 @@ var removed = map[string]string{
 	"share-ttl":       "set rebalance.share_ttl in the policy file (docs/multi-region.md)",
 }
 
+// sharedEnv are removed flags whose ALLOT_ variable other Allot commands
+// still read (allot-coordinator's admin API, allotctl's token): set in
+// a shared environment it is not a mistake, so only the command line is
+// refused for them.
+var sharedEnv = map[string]bool{"admin-addr": true, "admin-token": true}
+
 // checkRemoved fails on the first removed flag in args (up to the end of
 // the flags, as package flag reads them) or in the environment, naming
 // what replaced it. Flags fs defines are never refused.
@@ -102,6 +108,9 @@ func checkRemoved(fs *flag.FlagSet, args []string) error {
 	}
 	slices.Sort(names)
 	for _, name := range names {
+		if sharedEnv[name] {
+			continue
+		}
 		env := envflag.Name(EnvPrefix, name)
 		if _, ok := os.LookupEnv(env); ok {
 			if r := gone(name); r != "" {
