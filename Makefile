@@ -15,7 +15,7 @@ build:
 # The main job: a standalone node with the example policies.
 run:
 	go build -o bin/allot-node ./cmd/node
-	exec bin/allot-node --policies examples/policies.yaml
+	exec bin/allot-node --store examples/policies.yaml
 
 # The 3-region sandbox on this machine (internal/sandbox/): real redis-servers,
 # embedded NATS supercluster, coordinators and nodes. Ctrl-C stops it all.

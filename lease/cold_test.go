@@ -158,3 +158,34 @@ func TestDefaultColdHitsLeaveWarmKeysExact(t *testing.T) {
 	assert.False(t, take("hot").Exact, "the 16th take at 20/s leases")
 	assert.Positive(t, m.Stats().Calls)
 }
+
+// ColdHits is a limit's knob (a policy's or the file's lease: block):
+// under one manager, a limit at 2 leases at its second Take while one at
+// the manager's default of 16 stays exact.
+func TestColdHitsPerLimit(t *testing.T) {
+	clk := NewManualClock()
+	m, err := New(Options{Source: newFake(clk), Clock: clk, SweepEvery: -1, ColdExact: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	eager := newLimit(t, m, spec(100, time.Second, 100), Config{ColdHits: 2}, false)
+	deflt := newLimit(t, m, spec(100, time.Second, 100), Config{}, false)
+	assert.Equal(t, 2, eager.Config().ColdHits)
+	assert.Equal(t, DefaultColdHits, deflt.Config().ColdHits)
+	take := func(lim *Limit, subj string) Result {
+		r, err := m.Take(context.Background(), lim, []byte(subj), 1)
+		require.NoError(t, err)
+		waitIdle(t, m)
+		return r
+	}
+	assert.True(t, take(eager, "a").Exact, "first take")
+	assert.False(t, take(eager, "a").Exact, "second take: warm at 2")
+	for i := range 5 {
+		assert.True(t, take(deflt, "b").Exact, "take %d under the default", i)
+	}
+
+	for _, bad := range []int{-1, MaxColdHits + 1} {
+		c := Defaults()
+		c.ColdHits = bad
+		assert.ErrorContains(t, c.Validate(), "cold hits", bad)
+	}
+}

@@ -30,6 +30,14 @@ type Config struct {
 	// one node cannot hoard a bucket others need. Lower is fairer between
 	// nodes and costs more calls on hot keys.
 	MaxShare float64
+	// ColdHits is how many Takes within one window of half the TTL make a
+	// cold key warm, when the manager sends cold keys to the exact path
+	// (Options.ColdExact): at the default TTL of 2 s and DefaultColdHits,
+	// a key leases once it shows about 16 checks a second
+	// (docs/benchmarks.md, "Warm keys: a count, not one interval").
+	// Higher: fewer leases for keys at a few checks a second. 1 to
+	// MaxColdHits.
+	ColdHits int
 }
 
 // Default knob values.
@@ -52,7 +60,7 @@ const maxGrant = 1 << 29
 
 // Defaults returns the default knobs.
 func Defaults() Config {
-	return Config{TargetPeriod: DefaultTargetPeriod, TTL: DefaultTTL, LowWatermark: DefaultLowWatermark, MaxShare: DefaultMaxShare}
+	return Config{TargetPeriod: DefaultTargetPeriod, TTL: DefaultTTL, LowWatermark: DefaultLowWatermark, MaxShare: DefaultMaxShare, ColdHits: DefaultColdHits}
 }
 
 // Or returns c with every zero field taken from d.
@@ -69,6 +77,9 @@ func (c Config) Or(d Config) Config {
 	if c.MaxShare == 0 {
 		c.MaxShare = d.MaxShare
 	}
+	if c.ColdHits == 0 {
+		c.ColdHits = d.ColdHits
+	}
 	return c
 }
 
@@ -83,6 +94,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("lease low watermark %v out of range [0, 1)", c.LowWatermark)
 	case !(c.MaxShare > 0 && c.MaxShare <= 1):
 		return fmt.Errorf("lease max share %v out of range (0, 1]", c.MaxShare)
+	case c.ColdHits < 1 || c.ColdHits > MaxColdHits:
+		return fmt.Errorf("lease cold hits %d out of range [1, %d]", c.ColdHits, MaxColdHits)
 	}
 	return nil
 }

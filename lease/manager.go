@@ -73,7 +73,7 @@ const (
 	// slow to be scheduled (a 4 ms cap failed 3.7-23.5 % of leased
 	// decisions under load on a healthy Redis; issue 12).
 	MinMaxWait = 500 * time.Millisecond
-	// DefaultColdHits is Options.ColdHits when zero.
+	// DefaultColdHits is Config.ColdHits when zero.
 	DefaultColdHits = 16
 )
 
@@ -124,11 +124,9 @@ type Options struct {
 	// counted in a 512 KiB filter, not in the key table (Stats.Keys), so a
 	// large cold key set costs no entries.
 	ColdExact bool
-	// ColdHits is how many Takes within one window of half the lease TTL
-	// make a cold key warm (ColdExact): at the default TTL of 2 s and
-	// DefaultColdHits, a key leases once it shows about 16 checks a second
-	// (docs/benchmarks.md, "Warm keys: a count, not one interval").
-	// Zero means DefaultColdHits; at most 255.
+	// ColdHits is Defaults.ColdHits when that is zero (Config.ColdHits:
+	// Takes within half the TTL that make a cold key warm). Zero means
+	// DefaultColdHits; at most MaxColdHits.
 	ColdHits int
 	Logger   *slog.Logger
 }
@@ -183,7 +181,14 @@ func New(opts Options) (*Manager, error) {
 	if opts.Source == nil {
 		return nil, errors.New("lease: no Source")
 	}
-	d := opts.Defaults.Or(Defaults())
+	if opts.ColdHits > MaxColdHits {
+		return nil, fmt.Errorf("lease: ColdHits %d: at most %d", opts.ColdHits, MaxColdHits)
+	}
+	d := opts.Defaults
+	if d.ColdHits == 0 && opts.ColdHits > 0 {
+		d.ColdHits = opts.ColdHits
+	}
+	d = d.Or(Defaults())
 	if err := d.Validate(); err != nil {
 		return nil, fmt.Errorf("lease: defaults: %w", err)
 	}
@@ -203,12 +208,6 @@ func New(opts Options) (*Manager, error) {
 		opts.MaxWait = 2 * opts.CallTimeout
 	}
 	opts.MaxWait = max(opts.MaxWait, MinMaxWait)
-	if opts.ColdHits <= 0 {
-		opts.ColdHits = DefaultColdHits
-	}
-	if opts.ColdHits > MaxColdHits {
-		return nil, fmt.Errorf("lease: ColdHits %d: at most %d", opts.ColdHits, MaxColdHits)
-	}
 	m := &Manager{
 		src:      opts.Source,
 		clock:    opts.Clock,
@@ -334,7 +333,7 @@ func (m *Manager) TakeTo(ctx context.Context, lim *Limit, subject []byte, cost i
 		warm := false
 		if f := m.coldKeys; f != nil && cost > 0 && !lim.global {
 			// The cold filter judges a key not leased here without a lookup.
-			switch f.take(uint32(h), m.clock.Now(), int64(lim.cfg.TTL)/2, m.opts.ColdHits) {
+			switch f.take(uint32(h), m.clock.Now(), int64(lim.cfg.TTL)/2, lim.cfg.ColdHits) {
 			case filterCold:
 				m.stats.exact.Add(1)
 				*r = Result{Limit: lim.capacity, Exact: true}
@@ -488,7 +487,7 @@ func (m *Manager) cold(e *entry, lim *Limit, now int64) bool {
 			}
 		}
 		if e.seen.CompareAndSwap(old, next) {
-			return next&seenHits < int64(m.opts.ColdHits)
+			return next&seenHits < int64(lim.cfg.ColdHits)
 		}
 	}
 }
@@ -496,7 +495,7 @@ func (m *Manager) cold(e *entry, lim *Limit, now int64) bool {
 // seenHits masks the Take count in entry.seen.
 const seenHits = 0xff
 
-// MaxColdHits is the largest Options.ColdHits: the count a key's entry
+// MaxColdHits is the largest Config.ColdHits: the count a key's entry
 // holds in its low 8 bits.
 const MaxColdHits = seenHits
 

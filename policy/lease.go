@@ -5,7 +5,8 @@ import "time"
 // LeaseKnobs tune the leases of a `precision: leased` policy (see package
 // lease and ARCHITECTURE.md ("Leasing") for what each trades). In a
 // policy, a zero knob takes the file's `lease:` block (File.Lease, the
-// set-wide defaults); there, a zero knob takes the node's --lease-* flags.
+// set-wide defaults); there, a zero knob takes the lease package's
+// defaults (lease.Defaults).
 type LeaseKnobs struct {
 	// TargetPeriod: a grant is the key's recent rate on a node times this.
 	TargetPeriod Duration `yaml:"target_period" json:"target_period,omitempty"`
@@ -16,12 +17,19 @@ type LeaseKnobs struct {
 	LowWatermark float64 `yaml:"low_watermark" json:"low_watermark,omitempty"`
 	// MaxShare: one grant is at most this fraction of the burst.
 	MaxShare float64 `yaml:"max_share" json:"max_share,omitempty"`
+	// ColdHits: a key is decided exactly (one Redis check each) until it
+	// shows this many checks within half the TTL, and leases from then
+	// on (higher: fewer leases for keys at a few checks a second); 1 to
+	// MaxLeaseColdHits.
+	ColdHits int `yaml:"cold_hits" json:"cold_hits,omitempty"`
 }
 
 // Bounds on lease knobs.
 const (
 	MinLeasePeriod = 10 * time.Millisecond
 	MaxLeasePeriod = time.Hour
+	// MaxLeaseColdHits is lease.MaxColdHits: a key's count is 8 bits.
+	MaxLeaseColdHits = 255
 )
 
 func (v *validator) lease(id string, p *Policy) {
@@ -54,5 +62,8 @@ func (v *validator) leaseKnobs(id string, k *LeaseKnobs) {
 	}
 	if !(k.MaxShare >= 0 && k.MaxShare <= 1) {
 		v.add(id, "lease.max_share", "%v out of range (0, 1] (0 means the node's default)", k.MaxShare)
+	}
+	if k.ColdHits < 0 || k.ColdHits > MaxLeaseColdHits {
+		v.add(id, "lease.cold_hits", "%d out of range [1, %d] (0 means the node's default)", k.ColdHits, MaxLeaseColdHits)
 	}
 }

@@ -4,9 +4,9 @@ import "time"
 
 // RebalanceKnobs tune the multi-region coordinators at runtime (see
 // docs/multi-region.md, "Knobs"). They live in the settings document so
-// that operators change them without restarting coordinators; an absent
-// knob (nil, or a zero duration) keeps the coordinator's command-line
-// value. The fractions are pointers because 0 is a meaningful value for
+// that operators change them without restarting coordinators, and it is
+// their only source: an absent knob (nil, or a zero duration) keeps its
+// default (coord.DefaultKnobs). The fractions are pointers because 0 is a meaningful value for
 // most of them (floor 0, decay 0), distinct from "not set".
 type RebalanceKnobs struct {
 	// Interval is the rebalance epoch; every region must use the same one.
@@ -32,7 +32,7 @@ type RebalanceKnobs struct {
 }
 
 // Bounds on rebalance knobs; they match coord.Knobs.Validate, which
-// checks the knobs again once the command-line values fill the gaps.
+// checks the knobs again once the defaults fill the gaps.
 const (
 	MinRebalanceInterval = 10 * time.Millisecond
 	MaxGather            = 0.45
@@ -41,7 +41,7 @@ const (
 
 // LeaseDefaults returns the set-wide lease knobs (the file's `lease:`
 // block): a leased policy's zero knobs take these, and zero knobs here
-// take the node's --lease-* flags.
+// take the lease package's defaults.
 func (s *Set) LeaseDefaults() LeaseKnobs { return s.lease }
 
 // settings validates the file-level runtime blocks and how the set-wide
@@ -77,7 +77,7 @@ func (v *validator) settings(f *File) {
 func (v *validator) rebalance(r *RebalanceKnobs) {
 	iv, ttl := time.Duration(r.Interval), time.Duration(r.ShareTTL)
 	if iv != 0 && iv < MinRebalanceInterval {
-		v.add("", "rebalance.interval", "%v: want at least %v (0 keeps the coordinator's flag)", iv, MinRebalanceInterval)
+		v.add("", "rebalance.interval", "%v: want at least %v (0 keeps the default)", iv, MinRebalanceInterval)
 	}
 	if g := r.Gather; g != nil && !(*g > 0 && *g <= MaxGather) {
 		v.add("", "rebalance.gather", "%v out of range (0, %v] (two phases must fit in one interval)", *g, MaxGather)
@@ -99,7 +99,7 @@ func (v *validator) rebalance(r *RebalanceKnobs) {
 	switch {
 	case ttl == 0:
 	case ttl < 2*MinRebalanceInterval:
-		v.add("", "rebalance.share_ttl", "%v: want at least two intervals (0 keeps the coordinator's flag)", ttl)
+		v.add("", "rebalance.share_ttl", "%v: want at least two intervals (0 keeps the default)", ttl)
 	case iv >= MinRebalanceInterval && ttl < 2*iv:
 		v.add("", "rebalance.share_ttl", "%v: want at least two intervals (%v)", ttl, 2*iv)
 	}

@@ -19,7 +19,7 @@ const leasedPolicy = `
 func TestRuntimeBlocksParse(t *testing.T) {
 	doc := `
 rebalance: {interval: 5s, gather: 0.3, heavy_hitter: 0.2, floor: 0, headroom: 0.5, smoothing: 1, decay: 0.4, share_ttl: 30m}
-lease: {target_period: 500ms, ttl: 3s, low_watermark: 0.4, max_share: 0.2}
+lease: {target_period: 500ms, ttl: 3s, low_watermark: 0.4, max_share: 0.2, cold_hits: 4}
 policies:` + leasedPolicy
 	f, err := Parse("t", []byte(doc))
 	require.NoError(t, err)
@@ -35,14 +35,14 @@ policies:` + leasedPolicy
 
 	s, err := Compile("t", f)
 	require.NoError(t, err)
-	assert.Equal(t, LeaseKnobs{TargetPeriod: Duration(500 * time.Millisecond), TTL: Duration(3 * time.Second), LowWatermark: 0.4, MaxShare: 0.2}, s.LeaseDefaults())
+	assert.Equal(t, LeaseKnobs{TargetPeriod: Duration(500 * time.Millisecond), TTL: Duration(3 * time.Second), LowWatermark: 0.4, MaxShare: 0.2, ColdHits: 4}, s.LeaseDefaults())
 
 	// JSON (the settings document in NATS, PostgreSQL and the admin API)
 	// carries the same field names and leaves absent knobs absent.
 	js, err := json.Marshal(f)
 	require.NoError(t, err)
 	assert.Contains(t, string(js), `"rebalance":{"interval":"5s","gather":0.3,"heavy_hitter":0.2,"floor":0,`)
-	assert.Contains(t, string(js), `"lease":{"target_period":"500ms","ttl":"3s","low_watermark":0.4,"max_share":0.2}`)
+	assert.Contains(t, string(js), `"lease":{"target_period":"500ms","ttl":"3s","low_watermark":0.4,"max_share":0.2,"cold_hits":4}`)
 	back, err := Parse("t", js)
 	require.NoError(t, err)
 	assert.Equal(t, f, back)
@@ -61,7 +61,7 @@ func TestRuntimeBlocksWithoutThemChangeNothing(t *testing.T) {
 func TestRuntimeBlocksListEveryProblem(t *testing.T) {
 	bad := `
 rebalance: {interval: 5ms, gather: 0.5, heavy_hitter: -0.1, floor: 1.5, headroom: 11, smoothing: 0, decay: 2, share_ttl: 10ms}
-lease: {target_period: 5ms, ttl: 2h, low_watermark: 1, max_share: 1.5}
+lease: {target_period: 5ms, ttl: 2h, low_watermark: 1, max_share: 1.5, cold_hits: 256}
 policies:` + leasedPolicy
 	_, err := Load("t", []byte(bad))
 	var ve *ValidationError
@@ -73,8 +73,9 @@ policies:` + leasedPolicy
 	assert.ElementsMatch(t, []string{
 		" rebalance.interval", " rebalance.gather", " rebalance.heavy_hitter", " rebalance.floor",
 		" rebalance.headroom", " rebalance.smoothing", " rebalance.decay", " rebalance.share_ttl",
-		" lease.target_period", " lease.ttl", " lease.low_watermark", " lease.max_share",
+		" lease.target_period", " lease.ttl", " lease.low_watermark", " lease.max_share", " lease.cold_hits",
 	}, fields)
+	assert.Contains(t, err.Error(), "lease.cold_hits: 256 out of range [1, 255]")
 	assert.Contains(t, err.Error(), "rebalance.decay: 2 out of range [0, 1]")
 
 	_, err = Load("t", []byte("rebalance: {interval: 1m, share_ttl: 90s}\n"))

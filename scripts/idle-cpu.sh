@@ -18,7 +18,7 @@ cleanup() { [ -n "$node_pid" ] && kill "$node_pid" 2>/dev/null; [ -n "$rpid" ] &
 trap cleanup EXIT
 start_redis "$rport" "$dir"
 "${NODE_BIN:-bin/allot-node}" --redis "127.0.0.1:$rport" --grpc-addr "127.0.0.1:$gport" --http-addr "127.0.0.1:$hport" \
-  --policies "$policies" >"$dir/node.log" 2>&1 &
+  --store "$policies" >"$dir/node.log" 2>&1 &
 node_pid=$!
 sleep 3 # start-up work is not idle
 tck=$(getconf CLK_TCK)

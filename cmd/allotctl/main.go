@@ -1,5 +1,5 @@
 // Command allotctl manages Allot policies through the admin API of a
-// coordinator or a node (--admin-addr).
+// coordinator (--admin-addr).
 //
 //	allotctl list                          every policy, as a table
 //	allotctl get ID                        one policy (YAML; -o json for JSON)

@@ -6,11 +6,13 @@
 //
 //	allot-coordinator --store nats://127.0.0.1:4222 --admin-token T
 //	allot-coordinator --store postgres://allot@db/allot --admin-addr 0.0.0.0:8070 --admin-token T
-//	allot-coordinator --policies examples/policies.yaml           # = --store file:examples/policies.yaml
+//	allot-coordinator --store examples/policies.yaml              # = --store file:examples/policies.yaml
 //
 // Every flag can also be set as an ALLOT_ environment variable
-// (--admin-token is ALLOT_ADMIN_TOKEN); the command line wins. SIGINT or
-// SIGTERM stops it, letting admin requests in flight finish.
+// (--admin-token is ALLOT_ADMIN_TOKEN); the command line wins. The
+// rebalance knobs are the policy file's rebalance: block
+// (docs/multi-region.md); spans go to OTEL_EXPORTER_OTLP_ENDPOINT. SIGINT
+// or SIGTERM stops it, letting admin requests in flight finish.
 package main
 
 import (
@@ -23,6 +25,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -40,34 +43,50 @@ func main() {
 	}
 }
 
+// flags are allot-coordinator's command line (README, "Coordinator
+// flags"; the test there holds the two equal).
+type flags struct {
+	store, adminAddr, adminToken, metricsAddr *string
+	logger                                    func() (*slog.Logger, error)
+	rebalance                                 *rebalanceFlags
+	transport                                 *transportflags.Flags
+}
+
+// register declares every flag of allot-coordinator on fs.
+func register(fs *flag.FlagSet) *flags {
+	f := &flags{
+		store:       fs.String("store", "", "policy store: a policy file PATH (also file:PATH), nats://HOST:PORT (JetStream KV allot-policies) or postgres://..."),
+		adminAddr:   fs.String("admin-addr", "127.0.0.1:8070", "admin API listen address; off loopback it needs --admin-token"),
+		adminToken:  fs.String("admin-token", "", "bearer token admin API writes must present"),
+		metricsAddr: fs.String("metrics-addr", "127.0.0.1:9470", "listen address of GET /metrics (Prometheus: rebalance rounds); empty disables"),
+	}
+	f.logger = cli.LogLevel(fs, "info", os.Stderr)
+	f.rebalance = addRebalanceFlags(fs)
+	f.transport = transportflags.Register(fs, "admin API")
+	return f
+}
+
 func run(args []string) error {
 	fs := flag.NewFlagSet("allot-coordinator", flag.ContinueOnError)
-	store := fs.String("store", "", "policy store: file:PATH, nats://HOST:PORT (JetStream KV allot-policies) or postgres://...")
-	policies := fs.String("policies", "", "policy file; shorthand for --store file:PATH")
-	adminAddr := fs.String("admin-addr", "127.0.0.1:8070", "admin API listen address; off loopback it needs --admin-token")
-	adminToken := fs.String("admin-token", "", "bearer token admin API writes must present")
-	logger := cli.LogLevel(fs, "info", os.Stderr)
-	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9470", "listen address of GET /metrics (Prometheus: rebalance rounds); empty disables")
-	otlpEndpoint := fs.String("otlp-endpoint", "", "OTLP/gRPC collector for a span per rebalance round (http://HOST:4317 plaintext, https:// TLS, or HOST:PORT plaintext); empty exports no spans")
-	rebalance := addRebalanceFlags(fs)
-	transportFlags := transportflags.Register(fs, "admin API")
+	f := register(fs)
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
-	log, err := logger()
+	rebalance := f.rebalance
+	log, err := f.logger()
 	if err != nil {
 		return err
 	}
-	tr, err := newTransport(transportFlags, log)
+	tr, err := newTransport(f.transport, *rebalance.redis, log)
 	if err != nil {
 		return err
 	}
 	rebalance.transport = tr
-	url, err := storeURL(*store, *policies)
+	url, err := storeURL(*f.store)
 	if err != nil {
 		return err
 	}
-	if err := admin.CheckAddr(*adminAddr, *adminToken); err != nil {
+	if err := admin.CheckAddr(*f.adminAddr, *f.adminToken); err != nil {
 		return err
 	}
 
@@ -78,7 +97,7 @@ func run(args []string) error {
 		return err
 	}
 	defer st.Close()
-	tel, err := telemetry.New(ctx, telemetry.Config{Service: "allot-coordinator", OTLPEndpoint: *otlpEndpoint, Logger: log})
+	tel, err := telemetry.New(ctx, telemetry.Config{Service: "allot-coordinator", OTLPEndpoint: telemetry.EnvEndpoint(), Logger: log})
 	if err != nil {
 		return err
 	}
@@ -89,7 +108,7 @@ func run(args []string) error {
 			log.Warn("telemetry shutdown", "err", err)
 		}
 	}()
-	stopMetrics, err := serveMetrics(ctx, *metricsAddr, tel, log)
+	stopMetrics, err := serveMetrics(ctx, *f.metricsAddr, tel, log)
 	if err != nil {
 		return err
 	}
@@ -100,30 +119,30 @@ func run(args []string) error {
 		return err
 	}
 	defer waitRebalance()
-	lis, err := net.Listen("tcp", *adminAddr)
+	lis, err := net.Listen("tcp", *f.adminAddr)
 	if err != nil {
-		return fmt.Errorf("admin API: listen on %s: %w", *adminAddr, err)
+		return fmt.Errorf("admin API: listen on %s: %w", *f.adminAddr, err)
 	}
 	lis = tr.listener(lis)
-	if *adminToken == "" {
+	if *f.adminToken == "" {
 		log.Warn("admin API without a token: writes are open to anyone on this host")
 	}
 	log.Info("coordinator serving the admin API", "addr", lis.Addr().String(), "store", st.String())
-	err = admin.New(admin.Config{Store: st, Token: *adminToken, Logger: log}).Serve(ctx, lis)
+	err = admin.New(admin.Config{Store: st, Token: *f.adminToken, Logger: log}).Serve(ctx, lis)
 	log.Info("coordinator stopped")
 	return err
 }
 
-func storeURL(store, policies string) (string, error) {
+// storeURL is --store as a store URL: a path without a scheme is a
+// policy file.
+func storeURL(store string) (string, error) {
 	switch {
-	case store != "" && policies != "":
-		return "", errors.New("set --store or --policies, not both (--policies PATH means --store file:PATH)")
-	case store != "":
+	case store == "":
+		return "", errors.New("no policy store: set --store URL (or a policy file PATH)")
+	case strings.Contains(store, "://") || strings.HasPrefix(store, "file:") || strings.HasPrefix(store, "memory:"):
 		return store, nil
-	case policies != "":
-		return "file:" + policies, nil
 	}
-	return "", errors.New("no policy store: set --store URL (or --policies PATH)")
+	return "file:" + store, nil
 }
 
 // serveMetrics serves GET /metrics on addr until ctx ends or the returned

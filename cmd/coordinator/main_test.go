@@ -32,7 +32,7 @@ func TestServesAdminAPIAndStopsOnSIGTERM(t *testing.T) {
 	addr, metrics := freeAddr(t), freeAddr(t)
 	done := make(chan error, 1)
 	go func() {
-		done <- run([]string{"--store", "file:" + path, "--admin-addr", addr, "--admin-token", "T", "--log-level", "error", "--metrics-addr", metrics})
+		done <- run([]string{"--store", path, "--admin-addr", addr, "--admin-token", "T", "--log-level", "error", "--metrics-addr", metrics})
 	}()
 
 	c := admin.NewClient("http://"+addr, "T", nil)
@@ -61,5 +61,6 @@ func TestServesAdminAPIAndStopsOnSIGTERM(t *testing.T) {
 func TestRefusesUnsafeOrEmptyConfig(t *testing.T) {
 	assert.ErrorContains(t, run([]string{"--admin-addr", "127.0.0.1:0"}), "no policy store")
 	assert.ErrorContains(t, run([]string{"--store", "memory:", "--admin-addr", "0.0.0.0:0"}), "needs a token")
-	assert.ErrorContains(t, run([]string{"--store", "memory:", "--policies", "x"}), "not both")
+	assert.ErrorContains(t, run([]string{"--store", "memory:", "--policies", "x"}), "--policies was removed: use --store PATH")
+	assert.ErrorContains(t, run([]string{"--store", "/nonexistent/p.yaml"}), "/nonexistent/p.yaml", "a path is a policy file")
 }

@@ -16,22 +16,25 @@ import (
 // security"): TLS on the admin listener, credentials and TLS towards the
 // region's Redis and NATS.
 type transport struct {
-	tls   *tlsconfig.Server // nil: plaintext admin API
-	redis region.Options    // Username, Password, TLSConfig
-	nats  []nats.Option
+	tls        *tlsconfig.Server // nil: plaintext admin API
+	redisAddrs []string
+	redis      region.Options // Username, Password, TLSConfig
+	nats       []nats.Option
 }
 
-// newTransport reads the flags' files; a bad one stops the coordinator
-// before it listens.
-func newTransport(f *transportflags.Flags, log *slog.Logger) (transport, error) {
+// newTransport reads the flags' files and the --redis value; a bad one
+// stops the coordinator before it listens.
+func newTransport(f *transportflags.Flags, redis string, log *slog.Logger) (transport, error) {
 	var t transport
 	var err error
 	if t.tls, err = f.Server(log); err != nil {
 		return t, err
 	}
-	if t.redis.Username, t.redis.Password, t.redis.TLSConfig, err = f.Redis(log); err != nil {
+	r, err := f.Redis(redis, log)
+	if err != nil {
 		return t, err
 	}
+	t.redisAddrs, t.redis.Username, t.redis.Password, t.redis.TLSConfig = r.Addrs, r.Username, r.Password, r.TLS
 	t.nats, err = f.NATS(log)
 	return t, err
 }

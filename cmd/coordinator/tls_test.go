@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"net/http"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -31,15 +32,16 @@ func TestAdminOverMutualTLSAndNATSWithCredentials(t *testing.T) {
 		TLS:      &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{server.TLS(t)}},
 		Username: "coord", Password: "pw",
 	})
-	t.Setenv("ALLOT_NATS_PASSWORD", "pw") // passwords come from the environment
+	// Passwords come from the environment, in the URL.
+	t.Setenv("ALLOT_STORE", strings.Replace(nsrv.ClientURL(), "://", "://coord:pw@", 1))
 
 	addr := freeAddr(t)
 	done := make(chan error, 1)
 	go func() {
-		done <- run([]string{"--store", nsrv.ClientURL(), "--admin-addr", addr, "--admin-token", "T", "--log-level", "error",
+		done <- run([]string{"--admin-addr", addr, "--admin-token", "T", "--log-level", "error",
 			"--metrics-addr", "",
 			"--tls-cert", certFile, "--tls-key", keyFile, "--tls-client-ca", caFile,
-			"--nats-user", "coord", "--nats-tls-ca", caFile})
+			"--client-tls-ca", caFile})
 	}()
 
 	withCert, err := tlsconfig.NewClient(tlsconfig.ClientOptions{CAFile: caFile, CertFile: clientCert, KeyFile: clientKey})
@@ -76,6 +78,7 @@ func TestAdminOverMutualTLSAndNATSWithCredentials(t *testing.T) {
 func TestTransportFlagErrors(t *testing.T) {
 	assert.ErrorContains(t, run([]string{"--store", "memory:", "--tls-client-ca", "ca.pem"}), "--tls-client-ca needs")
 	assert.ErrorContains(t, run([]string{"--store", "memory:", "--tls-cert", "missing.crt", "--tls-key", "missing.key"}), "--tls-cert")
-	assert.ErrorContains(t, run([]string{"--store", "memory:", "--nats-creds", "x.creds", "--nats-user", "u"}), "not both")
-	assert.ErrorContains(t, run([]string{"--store", "memory:", "--redis-username", "u"}), "--redis-password")
+	assert.ErrorContains(t, run([]string{"--store", "memory:", "--redis", "redis://u@h:1"}), "a user needs a password")
+	assert.ErrorContains(t, run([]string{"--store", "memory:", "--redis", "rediss://h:1", "--client-tls-ca", "missing.pem"}), "--client-tls-*")
+	assert.ErrorContains(t, run([]string{"--store", "memory:", "--nats-user", "u"}), "--nats-user was removed: give the user in the NATS URL")
 }

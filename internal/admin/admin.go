@@ -1,5 +1,5 @@
 // Package admin serves the policy admin API: HTTP/JSON over a
-// policystore.Store, for the coordinator or a node's --admin-addr.
+// policystore.Store, for allot-coordinator (and a node.Config.AdminAddr).
 //
 //	GET    /v1/policies                 list
 //	POST   /v1/policies                 create (409 if the id exists)

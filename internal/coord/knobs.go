@@ -100,9 +100,9 @@ func (k Knobs) Validate() error {
 }
 
 // With returns k overridden by the knobs a settings document's
-// `rebalance:` block sets; absent ones keep k's (the command-line values,
-// so removing a knob from the document restores its flag). A nil block
-// returns k.
+// `rebalance:` block sets; absent ones keep k's (allot-coordinator's k
+// is DefaultKnobs, so removing a knob from the document restores its
+// default). A nil block returns k.
 func (k Knobs) With(r *policy.RebalanceKnobs) Knobs {
 	if r == nil {
 		return k

@@ -40,8 +40,9 @@ type Config struct {
 	// Store is the policy store the limits and knobs follow. Required;
 	// the caller closes it after Stop.
 	Store policystore.Store
-	// Knobs are the flags; the settings document's `rebalance:` block
-	// overrides them at runtime.
+	// Knobs are the base knobs (allot-coordinator: coord.DefaultKnobs);
+	// the settings document's `rebalance:` block overrides them at
+	// runtime.
 	Knobs coord.Knobs
 	// LockTTL is the active/standby lock's TTL (renewed every third of
 	// it); a standby takes over within it. Zero means 5 s.
@@ -135,13 +136,14 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	}
 	c.closer = append(c.closer, func() { dem.Close() })
 	limits := coord.NewPolicyLimits(nil)
+	knobs := initialKnobs(ctx, cfg.Store, cfg.Knobs, log)
 	c.lock = &crashLock{Locker: &coord.RedisLock{Client: rs.Client(), Key: LockKey(cfg.Region), ID: cfg.ID, TTL: cfg.LockTTL}}
 	co, err := coord.New(coord.Config{
 		Region: cfg.Region, Regions: cfg.Regions, Transport: tr, Demand: dem,
 		Writer: coord.RedisWriter{Client: rs.Client()}, Limits: limits, Lock: c.lock,
 		// Renewed three times per TTL, whatever the interval.
 		LockRenew: cfg.LockTTL / 3,
-		Knobs:     cfg.Knobs, Logger: log, Observe: cfg.Observe,
+		Knobs:     knobs, Logger: log, Observe: cfg.Observe,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("coordinator %s: %w", cfg.ID, err)
@@ -149,19 +151,39 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	c.co = co
 	runCtx, cancel := context.WithCancel(ctx)
 	c.cancel = cancel
-	fl := &Follower{Source: cfg.Store.String(), Limits: limits, Coord: co, Flags: cfg.Knobs, Log: log}
+	fl := &Follower{Source: cfg.Store.String(), Limits: limits, Coord: co, Base: cfg.Knobs, Log: log}
 	c.wg.Go(func() {
 		if err := cfg.Store.Watch(runCtx, fl.Apply); err != nil && !errors.Is(err, context.Canceled) {
 			log.Error("coordinator: policy watch ended", "id", cfg.ID, "err", err)
 		}
 	})
 	c.wg.Go(func() {
-		log.Info("multi-region coordinator running", "region", cfg.Region, "regions", cfg.Regions, "interval", cfg.Knobs.Interval, "id", cfg.ID)
+		log.Info("multi-region coordinator running", "region", cfg.Region, "regions", cfg.Regions, "interval", knobs.Interval, "id", cfg.ID)
 		if err := co.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
 			log.Error("multi-region coordinator stopped", "id", cfg.ID, "err", err)
 		}
 	})
 	return c, nil
+}
+
+// initialKnobs are the knobs of the first epoch: base with the settings
+// document's rebalance: block, read before the coordinator runs, so a
+// document's interval holds from the first epoch rather than from the
+// one after the first snapshot (an epoch of base's 10 s). A store that
+// cannot be read, or a block that clashes with base, leaves base; the
+// Follower applies the document once it arrives.
+func initialKnobs(ctx context.Context, st policystore.Store, base coord.Knobs, log *slog.Logger) coord.Knobs {
+	s, err := st.Settings(ctx)
+	if err != nil {
+		log.Warn("multi-region: settings document not read at start; knobs follow it once the store answers", "err", err)
+		return base
+	}
+	k := base.With(s.Rebalance)
+	if err := k.Validate(); err != nil {
+		log.Error("multi-region: knobs from the settings document rejected; keeping the defaults", "err", err)
+		return base
+	}
+	return k
 }
 
 // ID is the name of this process in the region's lock.
@@ -200,13 +222,13 @@ func (c *Coordinator) closeAll() {
 }
 
 // Follower applies policy-store snapshots to a running coordinator: the
-// global limits, and the knobs (the flags overridden by the settings
+// global limits, and the knobs (Base overridden by the settings
 // document's `rebalance:` block), so operators retune without a restart.
 type Follower struct {
 	Source string // the store, for validation errors
 	Limits *coord.PolicyLimits
 	Coord  *coord.Coordinator
-	Flags  coord.Knobs
+	Base   coord.Knobs
 	Log    *slog.Logger
 }
 
@@ -227,12 +249,13 @@ func (fl *Follower) Apply(s policystore.Snapshot) {
 		return
 	}
 	fl.Limits.Update(set)
-	k, cur := fl.Flags.With(s.File.Rebalance), fl.Coord.Knobs()
+	k, cur := fl.Base.With(s.File.Rebalance), fl.Coord.Knobs()
 	if k == cur {
 		return
 	}
-	// The document is valid on its own but may still clash with a flag
-	// (a share_ttl flag under two document intervals): SetKnobs refuses.
+	// The document is valid on its own but may still clash with a base
+	// knob (a default share_ttl under two document intervals): SetKnobs
+	// refuses.
 	if err := fl.Coord.SetKnobs(k); err != nil {
 		fl.Log.Error("multi-region: knobs from the settings document rejected; keeping the current ones", "err", err)
 		return

@@ -36,7 +36,7 @@ func followStore(t *testing.T, st policystore.Store, flags coord.Knobs) *coord.C
 		Limits: coord.StaticLimits{}, Knobs: flags, Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)
-	fl := &Follower{Source: st.String(), Limits: coord.NewPolicyLimits(nil), Coord: c, Flags: flags, Log: slog.New(slog.DiscardHandler)}
+	fl := &Follower{Source: st.String(), Limits: coord.NewPolicyLimits(nil), Coord: c, Base: flags, Log: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- st.Watch(ctx, fl.Apply) }()
@@ -94,7 +94,7 @@ func TestCoordinatorIgnoresAnInvalidSet(t *testing.T) {
 	})
 	require.NoError(t, err)
 	limits := coord.NewPolicyLimits(nil)
-	fl := &Follower{Source: "test", Limits: limits, Coord: c, Flags: flags, Log: slog.New(slog.DiscardHandler)}
+	fl := &Follower{Source: "test", Limits: limits, Coord: c, Base: flags, Log: slog.New(slog.DiscardHandler)}
 	global := policy.Policy{ID: "g", Scope: policy.ScopeGlobal, Per: []policy.Field{policy.FieldTenant},
 		Limits: []policy.Limit{{Name: "l", Algorithm: "token_bucket", Limit: 10, Period: policy.Duration(time.Second)}}}
 	key := "rl:{tenant=a}:g:l"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -14,6 +15,7 @@ import (
 	"github.com/allot-dev/allot/internal/policystore"
 	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/lua"
+	"github.com/allot-dev/allot/policy"
 )
 
 // A coordinator's store is opened without the node's warm-up
@@ -34,4 +36,27 @@ func TestStartLoadsNoDecisionScripts(t *testing.T) {
 	exists, err := direct.ScriptExists(ctx, lua.CheckTB.Hash(), lua.Check.Hash(), lua.Refund.Hash(), lua.Lease.Hash(), lua.Return.Hash()).Result()
 	require.NoError(t, err)
 	assert.Equal(t, []bool{false, false, false, false, false}, exists)
+}
+
+// The first epoch already has the settings document's knobs: they are
+// read before the coordinator runs, not left to the first snapshot.
+func TestInitialKnobsFromTheSettingsDocument(t *testing.T) {
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	st := policystore.NewMemory()
+	base := coord.DefaultKnobs()
+	assert.Equal(t, base, initialKnobs(ctx, st, base, log), "no document: the defaults")
+
+	_, err := st.PutSettings(ctx, policystore.Settings{Rebalance: &policy.RebalanceKnobs{
+		Interval: policy.Duration(200 * time.Millisecond), ShareTTL: policy.Duration(time.Second)}}, policystore.AnyVersion)
+	require.NoError(t, err)
+	want := base
+	want.Interval, want.ShareTTL = 200*time.Millisecond, time.Second
+	assert.Equal(t, want, initialKnobs(ctx, st, base, log))
+
+	// Valid alone, but under two default intervals once combined: the
+	// defaults stay (the Follower refuses it the same way).
+	_, err = st.PutSettings(ctx, policystore.Settings{Rebalance: &policy.RebalanceKnobs{ShareTTL: policy.Duration(time.Second)}}, policystore.AnyVersion)
+	require.NoError(t, err)
+	assert.Equal(t, base, initialKnobs(ctx, st, base, log))
 }

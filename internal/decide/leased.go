@@ -11,7 +11,7 @@ import (
 // leaseView makes the lease limits of set's leased policies (nil without
 // a lease manager). A limit's knobs are its policy's lease block, then
 // the set's (the settings document's `lease:` block), then the manager's
-// defaults (the node's flags, filled in by NewLimit).
+// defaults (filled in by NewLimit).
 func (d *Decider) leaseView(set *policy.Set) map[*policy.Compiled][]*lease.Limit {
 	if d.leases == nil || set == nil {
 		return nil
@@ -43,7 +43,7 @@ func (d *Decider) leaseView(set *policy.Set) map[*policy.Compiled][]*lease.Limit
 func leaseConfig(k policy.LeaseKnobs) lease.Config {
 	return lease.Config{
 		TargetPeriod: time.Duration(k.TargetPeriod), TTL: time.Duration(k.TTL),
-		LowWatermark: k.LowWatermark, MaxShare: k.MaxShare,
+		LowWatermark: k.LowWatermark, MaxShare: k.MaxShare, ColdHits: k.ColdHits,
 	}
 }
 

@@ -26,8 +26,8 @@ func (noSource) Return(context.Context, []lease.ReturnItem) (int64, error) { ret
 
 // A node picks up the settings document's lease defaults without a
 // restart: after the change its lease limits (which size every new grant)
-// carry them; a policy's own lease knobs still win, and knobs neither
-// sets keep the node's flags.
+// carry them (cold_hits included); a policy's own lease knobs still win,
+// and knobs neither sets keep the manager's defaults.
 func TestLeaseDefaultsFollowTheSettingsDocument(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	st := policystore.NewMemory()
@@ -40,7 +40,7 @@ func TestLeaseDefaultsFollowTheSettingsDocument(t *testing.T) {
 	_, err = st.Put(ctx, leased("plain", nil), policystore.AnyVersion)
 	require.NoError(t, err)
 
-	flags := lease.Config{TargetPeriod: time.Second, TTL: 2 * time.Second, LowWatermark: 0.25, MaxShare: 0.5}
+	flags := lease.Config{TargetPeriod: time.Second, TTL: 2 * time.Second, LowWatermark: 0.25, MaxShare: 0.5, ColdHits: lease.DefaultColdHits}
 	m, err := lease.New(lease.Options{Source: noSource{}, Defaults: flags, Clock: lease.NewManualClock(), SweepEvery: -1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
@@ -59,11 +59,11 @@ func TestLeaseDefaultsFollowTheSettingsDocument(t *testing.T) {
 		assert.NoError(t, <-done)
 	})
 	_, err = st.PutSettings(ctx, policystore.Settings{Lease: &policy.LeaseKnobs{
-		TargetPeriod: policy.Duration(500 * time.Millisecond), TTL: policy.Duration(4 * time.Second), MaxShare: 0.2,
+		TargetPeriod: policy.Duration(500 * time.Millisecond), TTL: policy.Duration(4 * time.Second), MaxShare: 0.2, ColdHits: 4,
 	}}, policystore.AnyVersion)
 	require.NoError(t, err)
 
-	plain := lease.Config{TargetPeriod: 500 * time.Millisecond, TTL: 4 * time.Second, LowWatermark: 0.25, MaxShare: 0.2}
+	plain := lease.Config{TargetPeriod: 500 * time.Millisecond, TTL: 4 * time.Second, LowWatermark: 0.25, MaxShare: 0.2, ColdHits: 4}
 	require.Eventually(t, func() bool {
 		c := d.LeaseConfigs("plain")
 		return len(c) == 1 && c[0] == plain
@@ -72,7 +72,7 @@ func TestLeaseDefaultsFollowTheSettingsDocument(t *testing.T) {
 	own.TTL = 3 * time.Second
 	assert.Equal(t, []lease.Config{own}, d.LeaseConfigs("own"), "the policy's own ttl wins over the document's")
 
-	// Removing the block restores the node's flags.
+	// Removing the block restores the manager's defaults.
 	_, err = st.PutSettings(ctx, policystore.Settings{}, policystore.AnyVersion)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {

@@ -141,7 +141,7 @@ func (f *inFlight) tap(ctx context.Context, _ *tap.Info) (context.Context, error
 		f.mu.Unlock()
 		// UNAVAILABLE, as every shed answer of the node: to a rate
 		// limiter's callers RESOURCE_EXHAUSTED reads as "rate limited".
-		return nil, status.Errorf(codes.Unavailable, "allot: node overloaded: %d gRPC calls already in progress (--grpc-max-inflight): retry, or use another node", len(f.slots))
+		return nil, status.Errorf(codes.Unavailable, "allot: node overloaded: %d gRPC calls already in progress (a quarter of --max-inflight): retry, or use another node", len(f.slots))
 	}
 	s := f.free[len(f.free)-1]
 	f.free = f.free[:len(f.free)-1]

@@ -13,7 +13,7 @@ import (
 // healthServer is grpc-go's health server whose Watch streams end when the
 // node stops. grpc-go's Watch runs until the client goes, so one open
 // watch (grpc-health-probe, a load balancer) held GracefulStop for the
-// whole --shutdown-timeout. Watchers see NOT_SERVING first (Shutdown),
+// whole shutdown timeout. Watchers see NOT_SERVING first (Shutdown),
 // then UNAVAILABLE as the stream ends.
 type healthServer struct {
 	*health.Server

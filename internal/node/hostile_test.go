@@ -52,9 +52,9 @@ func freePort(t *testing.T) string {
 
 func startBinary(t *testing.T) (*exec.Cmd, string) {
 	addr := freePort(t)
-	args := []string{"--grpc-addr", addr, "--http-addr", "", "--policies", policyFile(t, testPolicies)}
+	args := []string{"--grpc-addr", addr, "--http-addr", "", "--store", policyFile(t, testPolicies)}
 	if extra := os.Getenv("ALLOT_NODE_ARGS"); extra != "" {
-		args = append(args, strings.Fields(extra)...) // e.g. "--grpc-max-inflight 64"
+		args = append(args, strings.Fields(extra)...) // e.g. "--max-inflight 256"
 	}
 	cmd := exec.Command(nodeBinary(t), args...)
 	cmd.Stderr = os.Stderr

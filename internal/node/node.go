@@ -51,10 +51,6 @@ type Config struct {
 	// lease's defaults. Leases need Redis: standalone decides leased
 	// policies on the in-process store.
 	Lease lease.Config
-	// LeaseColdHits is how many checks within half a lease TTL make a
-	// key of a leased policy lease rather than be decided exactly
-	// (lease.Options.ColdHits; 0: lease.DefaultColdHits).
-	LeaseColdHits int
 	// Resilience: Redis deadlines, breakers, local fallback and gossip
 	// (internal/node/resilience.go).
 	Resilience Resilience
@@ -89,7 +85,8 @@ type Config struct {
 
 // DefaultDrainPeriod is --drain-period's default: longer than a load
 // balancer's usual readiness probe interval, short enough to fit a
-// Kubernetes termination grace period (30 s) with --shutdown-timeout.
+// Kubernetes termination grace period (30 s) with allot-node's 10 s
+// shutdown timeout.
 const DefaultDrainPeriod = 5 * time.Second
 
 // streamWorkers is how many gRPC calls in flight reuse a parked
@@ -215,7 +212,7 @@ func (n *Node) openStore(ctx context.Context) (decide.Store, error) {
 		return nil, fmt.Errorf("connect to region redis %v: %w", n.cfg.Redis, err)
 	}
 	m, err := lease.New(lease.Options{
-		Source: n.leaseSource(st), Defaults: n.cfg.Lease, Logger: n.perRequestLog(), ColdExact: true, ColdHits: n.cfg.LeaseColdHits,
+		Source: n.leaseSource(st), Defaults: n.cfg.Lease, Logger: n.perRequestLog(), ColdExact: true,
 		CallTimeout: n.cfg.Resilience.RedisMaxWait, // --redis-max-wait
 	})
 	if err != nil {

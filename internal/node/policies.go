@@ -32,7 +32,7 @@ type policySource struct {
 func (c *Config) storeURL() (string, error) {
 	switch {
 	case c.StoreURL != "" && c.PoliciesPath != "":
-		return "", errors.New("set the policy store or the policy file, not both (--policies PATH means --store file:PATH)")
+		return "", errors.New("set the policy store or the policy file, not both (a store URL or a policy file path)")
 	case c.StoreURL != "":
 		return c.StoreURL, nil
 	case c.PoliciesPath != "":

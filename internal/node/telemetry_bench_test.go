@@ -16,9 +16,9 @@ import (
 
 // BenchmarkCheckGRPCTelemetry is BenchmarkCheckGRPC's load against nodes
 // without telemetry, with metrics only (the default of cmd/node without
-// --otlp-endpoint), and with metrics and a span per check (exported to a
-// no-op exporter, so the figure is the instrumentation's cost, not a
-// collector's).
+// OTEL_EXPORTER_OTLP_ENDPOINT), and with metrics and a span per check
+// (exported to a no-op exporter, so the figure is the instrumentation's
+// cost, not a collector's).
 func BenchmarkCheckGRPCTelemetry(b *testing.B) {
 	for _, mode := range []string{"off", "metrics", "metrics+traces"} {
 		b.Run(mode, func(b *testing.B) {

@@ -27,6 +27,7 @@ import (
 	"github.com/allot-dev/allot/internal/node"
 	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/internal/telemetry"
+	"github.com/allot-dev/allot/lease"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
 
@@ -279,7 +280,7 @@ func TestTracesSpanPerCheck(t *testing.T) {
 // and the shard's breaker is reported closed.
 func TestMetricsRedisLeasesAndBreakers(t *testing.T) {
 	srv := redistest.Server(t)
-	n, _ := startTelemetryNode(t, telemetry.Config{}, node.Config{Redis: []string{srv.Addr}, LeaseColdHits: 4})
+	n, _ := startTelemetryNode(t, telemetry.Config{}, node.Config{Redis: []string{srv.Addr}, Lease: lease.Config{ColdHits: 4}})
 	rl := grpcClient(t, n.Addr())
 	for range 4 {
 		_, err := rl.CheckRateLimit(context.Background(), &ratelimitv1.RateLimitRequest{TenantId: "r", Route: "/m/x"})

@@ -52,7 +52,7 @@ func TestNATSCreds(t *testing.T) {
 
 // TestNATSClientCertificate loads the policies from a NATS server with
 // verify: true (mTLS), connecting with the client certificate as
-// --nats-tls-cert and --nats-tls-key do; without one it is refused.
+// --client-tls-cert and --client-tls-key do; without one it is refused.
 func TestNATSClientCertificate(t *testing.T) {
 	f := newTLSFixture(t)
 	srv := natstest.ServerWith(t, natstest.Options{TLS: &tls.Config{
@@ -78,7 +78,8 @@ func TestNATSClientCertificate(t *testing.T) {
 		}
 	}
 
-	// The options --nats-tls-ca/--nats-tls-cert/--nats-tls-key build.
+	// TLS with the client certificate, as the --client-tls-* files give
+	// (cmd/internal/transportflags).
 	n, err := startNATSStoreNode(url, nats.Secure(f.client(t, true)))
 	require.NoError(t, err)
 	assert.NoError(t, n.Close(5*time.Second))

@@ -85,7 +85,7 @@ func (s *FileStore) read() ([]byte, *policy.File, error) {
 }
 
 // readRegular reads path if it is a regular file and refuses anything
-// else. Reading a FIFO (--policies <(generator)) or a device blocked the
+// else. Reading a FIFO (--store <(generator)) or a device blocked the
 // watcher, and every admin call on the store, for ever. The file is opened
 // non-blocking, so opening a FIFO returns at once, and checked with fstat
 // on the open descriptor, so it cannot be swapped after the check.
@@ -106,7 +106,7 @@ func readRegular(path string) ([]byte, error) {
 }
 
 func notRegular(path string, m fs.FileMode) error {
-	return fmt.Errorf("%s is not a regular file (%s): a policy file must be a plain file, since a FIFO or device would block its reader; write the policies to a file and point --policies at it", path, m.Type())
+	return fmt.Errorf("%s is not a regular file (%s): a policy file must be a plain file, since a FIFO or device would block its reader; write the policies to a file and point --store at it", path, m.Type())
 }
 
 func hashRev(data []byte) Rev {

@@ -167,6 +167,17 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 	return t, nil
 }
 
+// EnvEndpoint is Config.OTLPEndpoint as OpenTelemetry's standard
+// variables give it: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else
+// OTEL_EXPORTER_OTLP_ENDPOINT (what collectors' documentation and
+// operators set for every OTel SDK; the commands take no flag for it).
+func EnvEndpoint() string {
+	if e := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); e != "" {
+		return e
+	}
+	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+}
+
 func otlpOptions(endpoint string) []otlptracegrpc.Option {
 	if strings.Contains(endpoint, "://") {
 		if u, err := url.Parse(endpoint); err == nil && u.Scheme == "http" {

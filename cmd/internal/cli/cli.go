@@ -18,7 +18,12 @@ const EnvPrefix = "ALLOT_"
 // Parse parses args into fs, then fills each flag not given on the
 // command line from its ALLOT_ environment variable (the command line
 // wins). The usage text names the variables.
+//
+// A flag that was removed (see removed) fails with what replaced it.
 func Parse(fs *flag.FlagSet, args []string) error {
+	if err := checkRemoved(fs, args); err != nil {
+		return err
+	}
 	envflag.Usage(fs, EnvPrefix)
 	if err := fs.Parse(args); err != nil {
 		return err

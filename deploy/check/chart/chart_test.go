@@ -287,11 +287,13 @@ func checkNode(t *testing.T, d *appsv1.Deployment) {
 	}
 	drain, err := time.ParseDuration(flags["drain-period"])
 	require.NoError(t, err)
-	shutdown, err := time.ParseDuration(flags["shutdown-timeout"])
-	require.NoError(t, err)
 	grace := time.Duration(*d.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
-	assert.GreaterOrEqual(t, grace, drain+shutdown, "terminationGracePeriodSeconds must outlast --drain-period + --shutdown-timeout")
+	assert.GreaterOrEqual(t, grace, drain+nodeShutdown, "terminationGracePeriodSeconds must outlast --drain-period + the node's 10 s for calls in flight")
 }
+
+// nodeShutdown is how long allot-node lets calls in flight run after its
+// drain (fixed; ARCHITECTURE.md, "Fixed settings").
+const nodeShutdown = 10 * time.Second
 
 func port(t *testing.T, addr string) int32 {
 	t.Helper()
@@ -412,6 +414,10 @@ func TestRenderRefuses(t *testing.T) {
 		"tls.enabled=true":                  "tls.secretName is required",
 		"policies.source=existingConfigMap": "policies.existingConfigMap is required",
 		"multiRegion.region=ap,multiRegion.regions={us,eu},nats.url=nats://n:4222,redis.addresses={r:6379}": "must include multiRegion.region",
+		// Settings of the policy file now: refused, not silently ignored.
+		"node.lease.ttl=4s":                                              "the policy file's lease: block",
+		"coordinator.rebalance.interval=5s":                              "the policy file's rebalance: block",
+		"redis.tls.enabled=true,redis.tls.secretName=a,nats.tlsSecret=b": "one set of client TLS files",
 	} {
 		out, err := helm(t, "template", "allot", chartDir, "--set", sets)
 		require.Error(t, err, sets)
@@ -435,13 +441,15 @@ func TestRenderedProbesAnswer(t *testing.T) {
 			if len(m.configMaps) == 1 {
 				policies := filepath.Join(t.TempDir(), "policies.yaml")
 				require.NoError(t, os.WriteFile(policies, []byte(m.configMaps[0].Data["policies.yaml"]), 0o600))
-				override["policies"] = policies
+				override["store"] = policies
 			}
 			node := container(t, m.deployments["node"])
 			if c.region != "" {
 				nats := natstest.Server(t)
 				override["nats"] = nats
-				override["store"] = nats // policies.source: store, the NATS KV
+				if override["store"] == "" {
+					override["store"] = nats // policies.source: store, the NATS KV
+				}
 			}
 			addrs := start(t, node, override)
 			for _, p := range []*corev1.Probe{node.ReadinessProbe, node.LivenessProbe} {
@@ -473,6 +481,13 @@ func start(t *testing.T, c corev1.Container, override map[string]string) map[str
 			value = "127.0.0.1:0"
 		}
 		argv = append(argv, "--"+name+"="+value)
+	}
+	// With a password the chart gives Redis as ALLOT_REDIS, a URL the
+	// kubelet expands from a Secret: the test's Redis stands in for it.
+	for _, e := range c.Env {
+		if e.Name == "ALLOT_REDIS" && override["redis"] != "" {
+			argv = append(argv, "--redis="+override["redis"])
+		}
 	}
 	want := []string{"metrics"}
 	if binary(t, c) == "allot-node" {

@@ -189,6 +189,8 @@ func queried(t *testing.T) map[string][]string {
 }
 
 const policies = `default_tier: free
+# The coordinators' knobs (fast epochs for the test).
+rebalance: {interval: 200ms, share_ttl: 1s}
 policies:
   - id: exact-tenant
     match: {}
@@ -232,17 +234,17 @@ func TestQueriedMetricsAreExported(t *testing.T) {
 	nats := natstest.Server(t)
 
 	node := tool.Start(t, filepath.Join(bin, "allot-node"), nil, []string{"http"},
-		"--policies="+pf, "--redis="+rds.Addr, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0",
-		"--region=us", "--regions=us,eu", "--nats="+nats, "--demand-period=100ms", "--drain-period=0")
+		"--store="+pf, "--redis="+rds.Addr, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0",
+		"--region=us", "--regions=us,eu", "--nats="+nats, "--drain-period=0")
 	coordinator := tool.Start(t, filepath.Join(bin, "allot-coordinator"), nil, []string{"metrics"},
-		"--policies="+pf, "--redis="+coordRedis.Addr, "--admin-addr=127.0.0.1:0", "--metrics-addr=127.0.0.1:0",
-		"--region=us", "--regions=us,eu", "--nats="+nats, "--interval=200ms", "--share-ttl=1s", "--lock-ttl=300ms")
+		"--store="+pf, "--redis="+coordRedis.Addr, "--admin-addr=127.0.0.1:0", "--metrics-addr=127.0.0.1:0",
+		"--region=us", "--regions=us,eu", "--nats="+nats, "--lock-ttl=300ms")
 	// eu's coordinator, on the same NATS server (one server stands for the
 	// gatewayed clusters), so us hears both regions and moves eu's unused
 	// share of the global limit to its demand.
 	tool.Start(t, filepath.Join(bin, "allot-coordinator"), nil, []string{"metrics"},
-		"--policies="+pf, "--redis="+redistest.Server(t).Addr, "--admin-addr=127.0.0.1:0", "--metrics-addr=127.0.0.1:0",
-		"--region=eu", "--regions=us,eu", "--nats="+nats, "--interval=200ms", "--share-ttl=1s", "--lock-ttl=300ms")
+		"--store="+pf, "--redis="+redistest.Server(t).Addr, "--admin-addr=127.0.0.1:0", "--metrics-addr=127.0.0.1:0",
+		"--region=eu", "--regions=us,eu", "--nats="+nats, "--lock-ttl=300ms")
 
 	// The coordinator's epoch instruments appear once it ran an epoch as
 	// the active coordinator: poll its /metrics (bounded).

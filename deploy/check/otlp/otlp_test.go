@@ -1,5 +1,5 @@
 // Package otlp_test runs a real allot-node and allot-coordinator that
-// export spans over OTLP/gRPC (--otlp-endpoint) to the OpenTelemetry
+// export spans over OTLP/gRPC (OTEL_EXPORTER_OTLP_ENDPOINT) to the OpenTelemetry
 // Collector's own OTLP receiver (otlpreceiver) in this process, and
 // checks that the spans docs/http.md documents arrive with their names
 // and attributes: a server span per gRPC and HTTP check, a W3C
@@ -131,6 +131,8 @@ func named(ss []span, service, name string) []span {
 }
 
 const policies = `default_tier: free
+# The coordinators' knobs (fast epochs for the test).
+rebalance: {interval: 200ms, share_ttl: 1s}
 policies:
   - id: exact-tenant
     match: {}
@@ -149,13 +151,11 @@ func TestSpansReachACollector(t *testing.T) {
 	rds := redistest.Server(t)
 	nats := natstest.Server(t)
 
-	node := tool.Start(t, filepath.Join(bin, "allot-node"), []string{"OTEL_BSP_SCHEDULE_DELAY=100"}, []string{"http", "grpc"},
-		"--policies="+pf, "--redis="+rds.Addr, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0",
-		"--otlp-endpoint="+endpoint, "--drain-period=0")
-	tool.Start(t, filepath.Join(bin, "allot-coordinator"), []string{"OTEL_BSP_SCHEDULE_DELAY=100"}, []string{"metrics"},
-		"--policies="+pf, "--redis="+rds.Addr, "--admin-addr=127.0.0.1:0", "--metrics-addr=127.0.0.1:0",
-		"--region=us", "--regions=us,eu", "--nats="+nats, "--interval=200ms", "--share-ttl=1s", "--lock-ttl=300ms",
-		"--otlp-endpoint="+endpoint)
+	node := tool.Start(t, filepath.Join(bin, "allot-node"), []string{"OTEL_BSP_SCHEDULE_DELAY=100", "OTEL_EXPORTER_OTLP_ENDPOINT=" + endpoint}, []string{"http", "grpc"},
+		"--store="+pf, "--redis="+rds.Addr, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0", "--drain-period=0")
+	tool.Start(t, filepath.Join(bin, "allot-coordinator"), []string{"OTEL_BSP_SCHEDULE_DELAY=100", "OTEL_EXPORTER_OTLP_ENDPOINT=" + endpoint}, []string{"metrics"},
+		"--store="+pf, "--redis="+rds.Addr, "--admin-addr=127.0.0.1:0", "--metrics-addr=127.0.0.1:0",
+		"--region=us", "--regions=us,eu", "--nats="+nats, "--lock-ttl=300ms")
 
 	// HTTP, with the caller's trace context: the node's span joins it.
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"

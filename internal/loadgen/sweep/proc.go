@@ -135,7 +135,7 @@ func startNode(ctx context.Context, hc *http.Client, bin, policies, redisAddr st
 		n := &node{grpcAddr: loopback(g), httpAddr: loopback(h)}
 		var err error
 		// The metrics are served on --http-addr (no --metrics-addr).
-		args := []string{"--policies", policies, "--grpc-addr", n.grpcAddr, "--http-addr", n.httpAddr, "--log-level", "warn"}
+		args := []string{"--store", policies, "--grpc-addr", n.grpcAddr, "--http-addr", n.httpAddr, "--log-level", "warn"}
 		if redisAddr != "" { // empty: a standalone node (in-process counters)
 			args = append(args, "--redis", redisAddr)
 		}

@@ -63,18 +63,48 @@ parses them. Pass the map.
 {{- end }}
 {{- end -}}
 
-{{/* The policy source flags every component shares (--policies or nothing: --store comes from env). */}}
+{{/* The policy source flags every component shares (--store PATH or URL, or nothing: ALLOT_STORE comes from a Secret). */}}
 {{- define "allot.policyFlags" -}}
 {{- $f := dict -}}
 {{- if ne .Values.policies.source "store" -}}
-{{- $_ := set $f "policies" "/etc/allot/policies/policies.yaml" -}}
+{{- $_ := set $f "store" "/etc/allot/policies/policies.yaml" -}}
 {{- else if and .Values.policies.store.url (not .Values.policies.store.existingSecret) -}}
 {{- $_ := set $f "store" .Values.policies.store.url -}}
 {{- end -}}
 {{- toYaml $f -}}
 {{- end -}}
 
-{{/* Transport flags both binaries share: TLS listeners, Redis and NATS credentials and TLS. Pass (dict "ctx" $ "listener" true). */}}
+{{/*
+The one Secret of client TLS files (ca.crt, and tls.crt/tls.key with a
+client certificate) both binaries use towards Redis and NATS
+(--client-tls-*): redis.tls.secretName or nats.tlsSecret, which must then
+be the same Secret.
+*/}}
+{{- define "allot.clientTLSSecret" -}}
+{{- $v := .Values -}}
+{{- $r := "" -}}
+{{- if $v.redis.tls.enabled -}}{{- $r = $v.redis.tls.secretName | default "" -}}{{- end -}}
+{{- $n := $v.nats.tlsSecret | default "" -}}
+{{- if and $r $n (ne $r $n) -}}
+{{- fail (printf "redis.tls.secretName %q and nats.tlsSecret %q differ: one set of client TLS files (--client-tls-*) serves Redis and NATS; give both the same Secret" $r $n) -}}
+{{- end -}}
+{{- if $r -}}{{ $r }}{{- else -}}{{ $n }}{{- end -}}
+{{- end -}}
+
+{{/* The --redis value without a password: plain addresses, or a rediss:// URL for TLS. */}}
+{{- define "allot.redisURL" -}}
+{{- $r := .Values.redis -}}
+{{- $addrs := join "," $r.addresses -}}
+{{- if $r.password.existingSecret -}}
+{{- printf "%s://%s:$(REDIS_PASSWORD)@%s" (ternary "rediss" "redis" $r.tls.enabled) $r.username $addrs -}}
+{{- else if $r.tls.enabled -}}
+{{- printf "rediss://%s" $addrs -}}
+{{- else -}}
+{{- $addrs -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Transport flags both binaries share: TLS listeners, Redis, NATS credentials, client TLS. Pass (dict "ctx" $ "listener" true). */}}
 {{- define "allot.transportFlags" -}}
 {{- $v := .ctx.Values -}}
 {{- $f := dict -}}
@@ -85,18 +115,15 @@ parses them. Pass the map.
 {{- $_ := set $f "tls-client-ca" "/etc/allot/tls/ca.crt" -}}
 {{- end -}}
 {{- end -}}
-{{- if $v.redis.addresses -}}
-{{- $_ := set $f "redis" (join "," $v.redis.addresses) -}}
+{{- /* With a password the URL is ALLOT_REDIS (allot.secretEnv), never an argument. */ -}}
+{{- if and $v.redis.addresses (not $v.redis.password.existingSecret) -}}
+{{- $_ := set $f "redis" (include "allot.redisURL" .ctx) -}}
 {{- end -}}
-{{- $_ := set $f "redis-username" $v.redis.username -}}
-{{- if $v.redis.tls.enabled -}}
-{{- $_ := set $f "redis-tls" true -}}
-{{- if $v.redis.tls.secretName -}}
-{{- $_ := set $f "redis-tls-ca" "/etc/allot/redis-tls/ca.crt" -}}
-{{- if $v.redis.tls.clientCert -}}
-{{- $_ := set $f "redis-tls-cert" "/etc/allot/redis-tls/tls.crt" -}}
-{{- $_ := set $f "redis-tls-key" "/etc/allot/redis-tls/tls.key" -}}
-{{- end -}}
+{{- if include "allot.clientTLSSecret" .ctx -}}
+{{- $_ := set $f "client-tls-ca" "/etc/allot/client-tls/ca.crt" -}}
+{{- if or $v.redis.tls.clientCert $v.nats.clientCert -}}
+{{- $_ := set $f "client-tls-cert" "/etc/allot/client-tls/tls.crt" -}}
+{{- $_ := set $f "client-tls-key" "/etc/allot/client-tls/tls.key" -}}
 {{- end -}}
 {{- end -}}
 {{- /* The node refuses --nats and --regions without --region. */ -}}
@@ -108,27 +135,26 @@ parses them. Pass the map.
 {{- if $v.nats.credsSecret -}}
 {{- $_ := set $f "nats-creds" (printf "/etc/allot/nats/%s" $v.nats.credsKey) -}}
 {{- end -}}
-{{- if $v.nats.tlsSecret -}}
-{{- $_ := set $f "nats-tls-ca" "/etc/allot/nats-tls/ca.crt" -}}
-{{- if $v.nats.clientCert -}}
-{{- $_ := set $f "nats-tls-cert" "/etc/allot/nats-tls/tls.crt" -}}
-{{- $_ := set $f "nats-tls-key" "/etc/allot/nats-tls/tls.key" -}}
-{{- end -}}
-{{- end -}}
 {{- $_ := set $f "log-level" $v.logLevel -}}
-{{- $_ := set $f "otlp-endpoint" $v.otlp.endpoint -}}
 {{- toYaml $f -}}
 {{- end -}}
 
-{{/* Environment both binaries share: secrets as ALLOT_* variables, never args. */}}
+{{/*
+Environment both binaries share: secrets as ALLOT_* variables, never
+args. A Redis password is REDIS_PASSWORD, expanded by the kubelet into
+the ALLOT_REDIS URL defined after it (so it must be URL-safe, or
+percent-encoded in the Secret); traces go to OTEL_EXPORTER_OTLP_ENDPOINT.
+*/}}
 {{- define "allot.secretEnv" -}}
 {{- $v := .Values -}}
-{{- if $v.redis.password.existingSecret }}
-- name: ALLOT_REDIS_PASSWORD
+{{- if and $v.redis.addresses $v.redis.password.existingSecret }}
+- name: REDIS_PASSWORD
   valueFrom:
     secretKeyRef:
       name: {{ $v.redis.password.existingSecret }}
       key: {{ $v.redis.password.key }}
+- name: ALLOT_REDIS
+  value: {{ include "allot.redisURL" . | quote }}
 {{- end }}
 {{- if and (eq $v.policies.source "store") $v.policies.store.existingSecret }}
 - name: ALLOT_STORE
@@ -137,6 +163,20 @@ parses them. Pass the map.
       name: {{ $v.policies.store.existingSecret }}
       key: {{ $v.policies.store.key }}
 {{- end }}
+{{- with $v.otlp.endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Values that became settings of the policy file: refuse them rather than ignore them. */}}
+{{- define "allot.removedValues" -}}
+{{- $v := .Values -}}
+{{- range $k, $x := ($v.node.lease | default dict) }}{{ if $x }}{{ fail (printf "node.lease.%s: the lease knobs are the policy file's lease: block now (docs/policies.md)" $k) }}{{ end }}{{ end }}
+{{- range $k, $x := ($v.coordinator.rebalance | default dict) }}{{ if $x }}{{ fail (printf "coordinator.rebalance.%s: the rebalance knobs are the policy file's rebalance: block now (docs/multi-region.md)" $k) }}{{ end }}{{ end }}
+{{- if $v.multiRegion.demandPeriod }}{{ fail "multiRegion.demandPeriod: nodes publish demand every second (fixed, ARCHITECTURE.md)" }}{{ end }}
+{{- if $v.node.shutdownTimeoutSeconds }}{{ fail "node.shutdownTimeoutSeconds: calls in flight get 10s after the drain (fixed, ARCHITECTURE.md)" }}{{ end }}
+{{- if $v.node.gossip.floor }}{{ fail "node.gossip.floor: fixed at 2 (ARCHITECTURE.md)" }}{{ end }}
 {{- end -}}
 
 {{/* GOMEMLIMIT from the container's memory limit. Pass (dict "on" bool "container" name). */}}
@@ -163,21 +203,17 @@ parses them. Pass the map.
   secret:
     secretName: {{ required "tls.secretName is required with tls.enabled" $v.tls.secretName }}
 {{- end }}
-{{- if and $v.redis.tls.enabled $v.redis.tls.secretName }}
-- name: redis-tls
+{{- with include "allot.clientTLSSecret" . }}
+- name: client-tls
   secret:
-    secretName: {{ $v.redis.tls.secretName }}
+    secretName: {{ . }}
 {{- end }}
 {{- if $v.nats.credsSecret }}
 - name: nats-creds
   secret:
     secretName: {{ $v.nats.credsSecret }}
 {{- end }}
-{{- if $v.nats.tlsSecret }}
-- name: nats-tls
-  secret:
-    secretName: {{ $v.nats.tlsSecret }}
-{{- end }}
+
 {{- end -}}
 
 {{- define "allot.volumeMounts" -}}
@@ -194,9 +230,9 @@ parses them. Pass the map.
   mountPath: /etc/allot/tls
   readOnly: true
 {{- end }}
-{{- if and $v.redis.tls.enabled $v.redis.tls.secretName }}
-- name: redis-tls
-  mountPath: /etc/allot/redis-tls
+{{- if include "allot.clientTLSSecret" . }}
+- name: client-tls
+  mountPath: /etc/allot/client-tls
   readOnly: true
 {{- end }}
 {{- if $v.nats.credsSecret }}
@@ -204,11 +240,7 @@ parses them. Pass the map.
   mountPath: /etc/allot/nats
   readOnly: true
 {{- end }}
-{{- if $v.nats.tlsSecret }}
-- name: nats-tls
-  mountPath: /etc/allot/nats-tls
-  readOnly: true
-{{- end }}
+
 {{- end -}}
 
 {{/* Pod anti-affinity. Pass (dict "ctx" $ "component" "node" "mode" "soft" "key" "kubernetes.io/hostname"). */}}
