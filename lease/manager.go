@@ -130,6 +130,14 @@ type Options struct {
 	// (docs/benchmarks.md, "Warm keys: a count, not one interval").
 	// Zero means DefaultColdHits; at most 255.
 	ColdHits int
+	// Executor, when set, runs refill rounds instead of the Workers
+	// goroutines: the manager hands it each shard's flush as run, which it
+	// must call exactly once, later (never from inside Executor: the shard
+	// lock is held). A deterministic simulation (internal/sim) queues run
+	// on its virtual-time event queue, so no goroutine scheduling decides
+	// when a refill is sent. Close and Abort must not be called while a run
+	// is in progress; a run called after them does nothing.
+	Executor func(run func())
 	Logger   *slog.Logger
 }
 
@@ -233,7 +241,7 @@ func New(opts Options) (*Manager, error) {
 		m.shards[i].table.Store(newTable(8))
 		m.shards[i].idx = i
 	}
-	for range opts.Workers {
+	for i := 0; i < opts.Workers && opts.Executor == nil; i++ {
 		m.wg.Add(1)
 		go m.worker()
 	}
@@ -558,7 +566,7 @@ func (m *Manager) scheduleLocked(sh *shard, e *entry, need int64) *round {
 	}
 	if !sh.scheduled {
 		sh.scheduled = true
-		m.ready <- sh.idx
+		m.dispatch(sh)
 	}
 	return sh.next
 }
@@ -590,6 +598,20 @@ func (m *Manager) await(ctx context.Context, sh *shard, e *entry, need int64) (d
 	case <-capped:
 		return false, ErrWaitTimeout
 	}
+}
+
+// dispatch hands sh's next flush to a worker, or to Options.Executor.
+// The caller holds sh.mu.
+func (m *Manager) dispatch(sh *shard) {
+	if ex := m.opts.Executor; ex != nil {
+		ex(func() {
+			if !m.closed.Load() {
+				m.flush(sh)
+			}
+		})
+		return
+	}
+	m.ready <- sh.idx
 }
 
 func (m *Manager) worker() {
@@ -655,7 +677,7 @@ func (m *Manager) flush(sh *shard) {
 	sh.spare = batch[:0]
 	sh.flushing = nil
 	if len(sh.pending) > 0 {
-		m.ready <- sh.idx
+		m.dispatch(sh)
 	} else {
 		sh.scheduled = false
 	}
