@@ -45,3 +45,25 @@ func TestExecutorRunsRefills(t *testing.T) {
 	}
 	assert.Equal(t, 1, f.calls)
 }
+
+// TestFixedHashIsStable: with FixedHash two managers place a subject
+// identically (the same hash), so a simulation's refill batching does not
+// depend on a random seed.
+func TestFixedHashIsStable(t *testing.T) {
+	a, err := New(Options{Source: newFake(NewManualClock()), SweepEvery: -1, FixedHash: true})
+	require.NoError(t, err)
+	defer a.Abort()
+	b, err := New(Options{Source: newFake(NewManualClock()), SweepEvery: -1, FixedHash: true})
+	require.NoError(t, err)
+	defer b.Abort()
+	for _, s := range []string{"", "a", "user:42", "rl:{x}:p:l"} {
+		assert.Equal(t, a.hash([]byte(s)), b.hash([]byte(s)), s)
+	}
+	assert.NotEqual(t, a.hash([]byte("a")), a.hash([]byte("b")))
+	// The shard comes from the top bits: 256 subjects must not all share one.
+	shards := map[uint64]bool{}
+	for i := range 256 {
+		shards[a.hash([]byte{byte(i)})>>(64-shardBits)] = true
+	}
+	assert.Greater(t, len(shards), 100)
+}

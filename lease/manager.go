@@ -138,7 +138,13 @@ type Options struct {
 	// when a refill is sent. Close and Abort must not be called while a run
 	// is in progress; a run called after them does nothing.
 	Executor func(run func())
-	Logger   *slog.Logger
+	// FixedHash hashes subjects with a fixed function instead of a
+	// per-process random seed, so which keys share a shard (and so a
+	// refill round) is the same in every run: a simulation's outcome must
+	// not depend on it. Not for serving: a known hash lets a client pick
+	// subjects that crowd one shard.
+	FixedHash bool
+	Logger    *slog.Logger
 }
 
 // Manager holds leases for many keys. It is safe for concurrent use;
@@ -283,9 +289,34 @@ func (m *Manager) NewLimit(key func(subject string) string, spec algorithm.Spec,
 	}
 	id := key("")
 	return &Limit{
-		key: key, id: id, mix: maphash.String(m.seed, id), spec: spec, cfg: cfg, global: global,
+		key: key, id: id, mix: m.hash([]byte(id)), spec: spec, cfg: cfg, global: global,
 		capacity: spec.Capacity(), rate: spec.Rate(), nsPerToken: 1e9 / spec.Rate(),
 	}, nil
+}
+
+// hash is a subject's (or a limit id's) hash: maphash with the manager's
+// seed, or with Options.FixedHash an FNV-1a finished by a 64-bit mixer
+// (the shard is taken from the top bits, which FNV alone spreads badly).
+func (m *Manager) hash(b []byte) uint64 {
+	if m.opts.FixedHash {
+		return fixedHash(b)
+	}
+	return maphash.Bytes(m.seed, b)
+}
+
+// fixedHash is kept out of line: TakeTo's straight path stays short.
+//
+//go:noinline
+func fixedHash(b []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range b {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	return h ^ h>>33
 }
 
 // Config returns the limit's knobs, defaults filled in.
@@ -338,7 +369,13 @@ func (m *Manager) Take(ctx context.Context, lim *Limit, subject []byte, cost int
 // cache, a cold key) is takeSlow.
 func (m *Manager) TakeTo(ctx context.Context, lim *Limit, subject []byte, cost int64, r *Result) error {
 	if cost <= lim.capacity {
-		h := maphash.Bytes(m.seed, subject) ^ lim.mix
+		var h uint64
+		if m.opts.FixedHash { // not m.hash: that call would not be inlined
+			h = fixedHash(subject)
+		} else {
+			h = maphash.Bytes(m.seed, subject)
+		}
+		h ^= lim.mix
 		warm := false
 		if f := m.coldKeys; f != nil && cost > 0 && !lim.global {
 			// The cold filter judges a key not leased here without a lookup.
