@@ -148,15 +148,34 @@ func (m *metrics) hotTotal(s int) int64 {
 	return n
 }
 
-// converged is the seconds from `from` until key 0's admissions stay at
-// or above 95 % of the ideal bucket's in every whole second up to end
-// (-1 if they do not by end).
+// smoothS is the trailing window, in seconds, over which converged and
+// underserved compare admissions: a saturated key's admissions per second
+// swing by ±25 % with its nodes' pacing cycle (3 s at the defaults: 72,
+// 113, 113 per region), which a single second would read as an outage.
+const smoothS = 6
+
+// trailing sums xs over the smoothS seconds ending at s, from first on.
+func trailing(xs []int64, first, s int) int64 {
+	var n int64
+	for i := max(first, s-smoothS+1); i <= s; i++ {
+		n += xs[i]
+	}
+	return n
+}
+
+// converged is the seconds from `from` until key 0's admissions (all
+// regions, trailing smoothS seconds) stay at or above 95 % of the ideal
+// bucket's up to end (-1 if they do not by end).
 func (m *metrics) converged(from, end time.Duration) float64 {
 	first := int((from + time.Second - 1) / time.Second)
 	last := int(end/time.Second) - 1 // whole seconds only
+	total := make([]int64, last+1)
+	for s := range total {
+		total[s] = m.hotTotal(s)
+	}
 	ok := last + 1
 	for s := last; s >= first; s-- {
-		if float64(m.hotTotal(s)) < 0.95*float64(m.hotIdeal[s]) {
+		if float64(trailing(total, first, s)) < 0.95*float64(trailing(m.hotIdeal, first, s)) {
 			break
 		}
 		ok = s
@@ -164,23 +183,24 @@ func (m *metrics) converged(from, end time.Duration) float64 {
 	if ok > last {
 		return -1
 	}
-	return float64(ok) - from.Seconds()
+	// The first second of the window that stays good.
+	return float64(max(first, ok-smoothS+1)) - from.Seconds()
 }
 
 // underserved counts the (region, second) pairs in which a region was
 // served less than 95 % of its max-min fair part of what the ideal bucket
-// admitted for key 0 that second (a region asking less than an even part
-// is owed all it asked).
+// admitted for key 0 (both over the trailing smoothS seconds): a region
+// asking less than an even part is owed all it asked.
 func (m *metrics) underserved(end time.Duration) int {
 	n := 0
 	want := make([]float64, m.regions)
 	for s := range int(end / time.Second) {
 		for r := range want {
-			want[r] = float64(m.hotOffered[r][s])
+			want[r] = float64(trailing(m.hotOffered[r], 0, s))
 		}
-		fair := waterFill(want, float64(m.hotIdeal[s]))
+		fair := waterFill(want, float64(trailing(m.hotIdeal, 0, s)))
 		for r := range want {
-			if float64(m.hotAdmitted[r][s]) < 0.95*fair[r]-0.5 {
+			if float64(trailing(m.hotAdmitted[r], 0, s)) < 0.95*fair[r]-0.5 {
 				n++
 			}
 		}
