@@ -44,6 +44,7 @@ type Result struct {
 	// ideal's, per second, for the plot.
 	PerSecond []Point `json:"-"`
 	cfg       Config
+	hotRate   float64 // the hottest key's offered requests/s
 }
 
 // RegionResult is one region's totals and its hottest-key figures.
@@ -62,13 +63,17 @@ type Interval struct {
 	RegionsPer []float64 // per region, admitted/s
 }
 
-// Point is one second of the hottest key.
-type Point struct{ Admitted, Ideal int64 }
+// Point is one second of the hottest key: admitted in all regions and in
+// each, and by the ideal bucket.
+type Point struct {
+	Admitted, Ideal int64
+	Regions         []int64
+}
 
 func (s *Sim) result() *Result {
 	m := s.met
 	c := s.cfg
-	res := &Result{cfg: c, LeaseCalls: m.leaseCalls, Stranded: s.stranded, LostWrites: s.undone, MaxShareSum: round(m.maxShares, 6)}
+	res := &Result{cfg: c, hotRate: c.Rate * s.dist.weight(0), LeaseCalls: m.leaseCalls, Stranded: s.stranded, LostWrites: s.undone, MaxShareSum: round(m.maxShares, 6)}
 	secs := int(c.Duration / time.Second)
 	for i := range m.offered {
 		res.Offered += m.offered[i]
@@ -92,7 +97,11 @@ func (s *Sim) result() *Result {
 		res.Regions = append(res.Regions, rr)
 	}
 	for i := range secs {
-		res.PerSecond = append(res.PerSecond, Point{Admitted: m.hotTotal(i), Ideal: m.hotIdeal[i]})
+		p := Point{Admitted: m.hotTotal(i), Ideal: m.hotIdeal[i]}
+		for r := range m.hotAdmitted {
+			p.Regions = append(p.Regions, m.hotAdmitted[r][i])
+		}
+		res.PerSecond = append(res.PerSecond, p)
 	}
 	if c.ShiftAt > 0 {
 		sh, iv := c.ShiftAt.Truncate(time.Second), c.Interval
