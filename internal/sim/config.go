@@ -58,6 +58,12 @@ type Config struct {
 	RegionLatency time.Duration // one way between regions (NATS gateways)
 	Arrival       time.Duration // arrivals are generated on this tick
 
+	// Phase is how far past an epoch boundary the run starts: the
+	// coordinators' epochs start at Phase-shifted multiples of Interval, so
+	// a shift at a whole number of intervals lands Interval-Phase before
+	// an epoch (a real shift lands at any phase).
+	Phase time.Duration
+
 	Crashes    []Crash
 	Partitions []Partition
 	Failovers  []Failover
@@ -121,6 +127,7 @@ func (c *Config) Validate() error {
 	check(c.Limit > 0 && c.Burst >= 0, "limit %d, burst %d: want limit > 0, burst >= 0", c.Limit, c.Burst)
 	check(c.Arrival > 0 && c.Arrival <= time.Second, "arrival tick %v: want (0, 1s]", c.Arrival)
 	check(c.DemandPeriod > 0, "demand period %v: want > 0", c.DemandPeriod)
+	check(c.Phase >= 0, "phase %v: want >= 0", c.Phase)
 	check(c.RedisRTT >= 0 && c.RegionLatency >= 0, "latencies must be >= 0")
 	for _, w := range [][]float64{c.Split, c.ShiftTo} {
 		sum := 0.0

@@ -33,8 +33,8 @@ func (l limits) Global(key string) (coord.Limit, bool) {
 	return l.l, strings.HasPrefix(key, "rl:{")
 }
 
-// epoch0 is virtual time 0 on the machines' clock: a whole number of any
-// interval, so epochs start at virtual multiples of it.
+// epoch0 is a whole number of any interval on the machines' clock: with
+// Config.Phase 0, epochs start at virtual multiples of the interval.
 var epoch0 = time.Unix(1_800_000_000, 0)
 
 func newCoordinator(s *Sim, reg *region) (*coordinator, error) {
@@ -55,7 +55,9 @@ func newCoordinator(s *Sim, reg *region) (*coordinator, error) {
 	return &coordinator{s: s, reg: reg, m: m, tickAt: -1, tickedAt: -1}, nil
 }
 
-func (c *coordinator) wall() time.Time { return epoch0.Add(time.Duration(c.s.now)) }
+// wall is the machines' clock: virtual time, Config.Phase past an epoch
+// boundary at the start.
+func (c *coordinator) wall() time.Time { return epoch0.Add(c.s.cfg.Phase + time.Duration(c.s.now)) }
 
 func (c *coordinator) tick() {
 	c.m.Tick(c.wall())
@@ -122,7 +124,7 @@ func (c *coordinator) pump() {
 // arm schedules the Tick the machine wants next, unless one is pending
 // at that time already.
 func (c *coordinator) arm() {
-	at := max(int64(c.m.Next().Sub(epoch0)), c.s.now)
+	at := max(int64(c.m.Next().Sub(epoch0)-c.s.cfg.Phase), c.s.now)
 	if at <= c.tickedAt {
 		// Next is an instant already ticked: the machine waits for an
 		// I/O result (a share write), whose Step re-arms it. Ticking again
