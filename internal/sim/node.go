@@ -20,7 +20,6 @@ type node struct {
 	m      *lease.Manager
 	lim    *lease.Limit
 	alive  bool
-	demand map[string]float64 // drained, not yet published
 	// waiters are the requests that found no tokens and wait for their
 	// key's refill: per key, each one's attempts so far.
 	waiters  map[int][]uint8
