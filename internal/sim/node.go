@@ -14,12 +14,12 @@ import (
 // event queue (lease.Options.Executor) and whose Source answers through
 // the region's simulated Redis after a round trip.
 type node struct {
-	s      *Sim
-	reg    *region
-	idx    int
-	m      *lease.Manager
-	lim    *lease.Limit
-	alive  bool
+	s     *Sim
+	reg   *region
+	idx   int
+	m     *lease.Manager
+	lim   *lease.Limit
+	alive bool
 	// waiters are the requests that found no tokens and wait for their
 	// key's refill: per key, each one's attempts so far.
 	waiters  map[int][]uint8
