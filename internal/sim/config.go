@@ -99,7 +99,7 @@ type Failover struct {
 func Default() Config {
 	return Config{
 		Seed: 1, Duration: time.Minute, Regions: 3, Nodes: 2, Keys: 1, Dist: "zipf", ZipfS: 1.1, HotFrac: 1,
-		Rate: 5000, Limit: 300, TTL: 2 * time.Second, TargetPeriod: time.Second, Interval: 10 * time.Second,
+		Rate: 3000, Limit: 300, TTL: 2 * time.Second, TargetPeriod: time.Second, Interval: 10 * time.Second,
 		Headroom: 0.1, Gather: 0.25, DemandPeriod: time.Second, RedisRTT: time.Millisecond,
 		RegionLatency: 40 * time.Millisecond, Arrival: time.Millisecond, Track: 8,
 	}
