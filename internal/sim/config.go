@@ -41,6 +41,11 @@ type Config struct {
 	ShiftAt time.Duration
 	ShiftTo []float64
 	Ramp    time.Duration
+	// A flash crowd multiplies region FlashRegion's offered rate by
+	// FlashX during [FlashAt, FlashAt+FlashFor) (FlashFor 0: none).
+	FlashRegion       int
+	FlashAt, FlashFor time.Duration
+	FlashX            float64
 
 	// Limit and Burst are every key's global token bucket: Limit tokens
 	// per second, Burst (0: Limit) capacity.
@@ -127,6 +132,7 @@ func (c *Config) Validate() error {
 	check(c.Limit > 0 && c.Burst >= 0, "limit %d, burst %d: want limit > 0, burst >= 0", c.Limit, c.Burst)
 	check(c.Arrival > 0 && c.Arrival <= time.Second, "arrival tick %v: want (0, 1s]", c.Arrival)
 	check(c.DemandPeriod > 0, "demand period %v: want > 0", c.DemandPeriod)
+	check(c.FlashFor == 0 || c.FlashRegion >= 0 && c.FlashRegion < c.Regions && c.FlashX >= 0, "flash crowd: bad region or factor")
 	check(c.Phase >= 0, "phase %v: want >= 0", c.Phase)
 	check(c.RedisRTT >= 0 && c.RegionLatency >= 0, "latencies must be >= 0")
 	for _, w := range [][]float64{c.Split, c.ShiftTo} {

@@ -85,6 +85,9 @@ func (c *Config) rates(t time.Duration, out []float64) []float64 {
 	for _, x := range w {
 		out = append(out, c.Rate*x)
 	}
+	if c.FlashFor > 0 && t >= c.FlashAt && t < c.FlashAt+c.FlashFor {
+		out[c.FlashRegion] *= c.FlashX
+	}
 	return out
 }
 
@@ -106,10 +109,14 @@ func weights(ws []float64, n int) []float64 {
 }
 
 // lastChange is when the offered rates last change (the end of the last
-// shift or ramp), 0 if never.
+// shift, ramp or flash crowd), 0 if never.
 func (c *Config) lastChange() time.Duration {
-	if c.ShiftAt <= 0 {
-		return 0
+	var t time.Duration
+	if c.ShiftAt > 0 {
+		t = c.ShiftAt + c.Ramp
 	}
-	return c.ShiftAt + c.Ramp
+	if c.FlashFor > 0 {
+		t = max(t, c.FlashAt+c.FlashFor)
+	}
+	return t
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -103,7 +104,7 @@ func TestPartitionKeepsTheBound(t *testing.T) {
 }
 
 // randomScenario draws a scenario: regions, nodes, keys, distribution,
-// rate, knobs, a shift or ramp, crashes and partitions (no failover: a
+// rate, knobs, a shift or ramp, a flash crowd, crashes and partitions (no failover: a
 // Redis losing writes is outside the bound's assumptions, ARCHITECTURE.md
 // assumption 4).
 func randomScenario(seed uint64) Config {
@@ -135,6 +136,10 @@ func randomScenario(seed uint64) Config {
 		}
 		c.ShiftTo[rng.IntN(c.Regions)] += 1
 		c.Ramp = time.Duration(rng.IntN(3)) * 5 * time.Second
+	}
+	if rng.IntN(3) == 0 {
+		c.FlashRegion, c.FlashX = rng.IntN(c.Regions), 2+8*rng.Float64()
+		c.FlashAt, c.FlashFor = time.Duration(rng.Int64N(int64(c.Duration))), time.Duration(1+rng.IntN(10))*time.Second
 	}
 	for range rng.IntN(3) {
 		c.Crashes = append(c.Crashes, Crash{Region: rng.IntN(c.Regions), Node: rng.IntN(c.Nodes), At: time.Duration(rng.Int64N(int64(c.Duration)))})
@@ -169,5 +174,39 @@ func TestPropertyBound(t *testing.T) {
 				t.Errorf("nothing admitted of %d offered", r.Offered)
 			}
 		})
+	}
+}
+
+// The offered rate follows the profile: a ramp moves linearly, a flash
+// crowd multiplies one region's rate for its duration only.
+func TestRateProfile(t *testing.T) {
+	c := Default()
+	c.Rate, c.ShiftAt, c.Ramp, c.ShiftTo = 300, 10*time.Second, 10*time.Second, []float64{1, 0, 0}
+	c.FlashRegion, c.FlashAt, c.FlashFor, c.FlashX = 1, 30*time.Second, 5*time.Second, 10
+	for _, tc := range []struct {
+		at   time.Duration
+		want []float64
+	}{
+		{5 * time.Second, []float64{100, 100, 100}},
+		{15 * time.Second, []float64{200, 50, 50}},
+		{25 * time.Second, []float64{300, 0, 0}},
+		{32 * time.Second, []float64{300, 0, 0}},
+	} {
+		got := c.rates(tc.at, nil)
+		for i := range got {
+			if math.Abs(got[i]-tc.want[i]) > 1e-9 {
+				t.Errorf("at %v: rates %v, want %v", tc.at, got, tc.want)
+			}
+		}
+	}
+	c.ShiftTo = []float64{1, 1, 0}
+	if got := c.rates(32*time.Second, nil); math.Abs(got[1]-1500) > 1e-9 {
+		t.Errorf("flash crowd: eu at %v, want 10 x 150", got[1])
+	}
+	if got := c.rates(35*time.Second, nil); math.Abs(got[1]-150) > 1e-9 {
+		t.Errorf("after the flash crowd: eu at %v, want 150", got[1])
+	}
+	if c.lastChange() != 35*time.Second {
+		t.Errorf("last change %v, want the flash crowd's end", c.lastChange())
 	}
 }
