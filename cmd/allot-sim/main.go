@@ -58,6 +58,7 @@ func run(args []string) error {
 	crash := fs.String("crash", "", "node crashes, region/node@time,... e.g. 0/3@2m")
 	part := fs.String("partition", "", "region partitions, region@from-to,... e.g. 1@60s-120s")
 	fail := fs.String("failover", "", "Redis failovers losing writes, region@time:loss,... e.g. 0@90s:500ms")
+	cfail := fs.String("coord-failover", "", "coordinator crashes, region@time:takeover-delay,... e.g. 0@60s:10s")
 	png := fs.String("png", "", "write a plot of the hottest key's admitted vs ideal to this file")
 	prof := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := fs.Parse(args); err != nil {
@@ -89,6 +90,9 @@ func run(args []string) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if c.CoordFailovers, err = sim.ParseCoordFailovers(*cfail); err != nil {
+		return err
 	}
 	// The run allocates small short-lived events by the million and keeps
 	// little: fewer collections for more memory.

@@ -72,6 +72,8 @@ type Config struct {
 	Crashes    []Crash
 	Partitions []Partition
 	Failovers  []Failover
+	// CoordFailovers crash a region's coordinator; a new one takes over.
+	CoordFailovers []CoordFailover
 
 	// Track is how many of the hottest keys have their admissions binned
 	// finely enough to check the overshoot bound on every window.
@@ -98,6 +100,14 @@ type Failover struct {
 	Region int
 	At     time.Duration
 	Loss   time.Duration
+}
+
+// CoordFailover crashes Region's active coordinator at At; a standby
+// becomes active After later (its lock's TTL running out).
+type CoordFailover struct {
+	Region int
+	At     time.Duration
+	After  time.Duration
 }
 
 // Default is the scenario the flags start from: production defaults.
@@ -151,6 +161,9 @@ func (c *Config) Validate() error {
 	}
 	for _, f := range c.Failovers {
 		check(f.Region >= 0 && f.Region < c.Regions && f.Loss >= 0, "failover %+v: bad region or loss", f)
+	}
+	for _, f := range c.CoordFailovers {
+		check(f.Region >= 0 && f.Region < c.Regions && f.After >= 0, "coordinator failover %+v: bad region or delay", f)
 	}
 	return errors.Join(errs...)
 }
@@ -233,6 +246,19 @@ func ParseFailovers(s string) ([]Failover, error) {
 		if err != nil {
 			return nil, err
 		}
+	}
+	return out, nil
+}
+
+// ParseCoordFailovers reads "region@t:after,...", e.g. "0@60s:10s".
+func ParseCoordFailovers(s string) ([]CoordFailover, error) {
+	fs, err := ParseFailovers(s)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator %w", err)
+	}
+	var out []CoordFailover
+	for _, f := range fs {
+		out = append(out, CoordFailover{Region: f.Region, At: f.At, After: f.Loss})
 	}
 	return out, nil
 }

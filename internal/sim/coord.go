@@ -24,6 +24,9 @@ type coordinator struct {
 	// tickedAt is the time of the last Tick event.
 	tickedAt int64
 	epochs   int
+	// stopped: crashed (a coordinator failover); its pending events and
+	// the messages still addressed to it are dropped.
+	stopped bool
 }
 
 // limits is every key's global limit: every simulated key is global.
@@ -60,11 +63,17 @@ func newCoordinator(s *Sim, reg *region) (*coordinator, error) {
 func (c *coordinator) wall() time.Time { return epoch0.Add(c.s.cfg.Phase + time.Duration(c.s.now)) }
 
 func (c *coordinator) tick() {
+	if c.stopped {
+		return
+	}
 	c.m.Tick(c.wall())
 	c.pump()
 }
 
 func (c *coordinator) step(in coord.Input) {
+	if c.stopped {
+		return
+	}
 	c.m.Step(in)
 	c.pump()
 }
@@ -141,6 +150,18 @@ func (c *coordinator) arm() {
 		}
 		c.tickAt, c.tickedAt = -1, at
 		c.tick()
+	})
+}
+
+// coordFailover crashes reg's coordinator now and starts next after
+// delay (the standby taking the lock): it is active at its first Hold, and
+// listens one epoch before it reads the shares in force from the store
+// (coord.Machine's takeover).
+func (s *Sim) coordFailover(reg *region, next *coordinator, delay time.Duration) {
+	reg.coord.stopped = true
+	s.q.push(s.now+int64(delay), func() {
+		reg.coord = next
+		next.tick()
 	})
 }
 

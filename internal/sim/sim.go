@@ -142,6 +142,14 @@ func build(c Config) (*Sim, error) {
 		st := s.regions[f.Region].store
 		s.q.push(int64(f.At), func() { s.undone += st.failover(s.now/1000, f.Loss.Microseconds()) })
 	}
+	for _, f := range c.CoordFailovers {
+		reg := s.regions[f.Region]
+		next, err := newCoordinator(s, reg)
+		if err != nil {
+			return nil, fmt.Errorf("sim: coordinator: %w", err)
+		}
+		s.q.push(int64(f.At), func() { s.coordFailover(reg, next, f.After) })
+	}
 	return s, nil
 }
 

@@ -104,7 +104,8 @@ func TestPartitionKeepsTheBound(t *testing.T) {
 }
 
 // randomScenario draws a scenario: regions, nodes, keys, distribution,
-// rate, knobs, a shift or ramp, a flash crowd, crashes and partitions (no failover: a
+// rate, knobs, a shift or ramp, a flash crowd, crashes, coordinator
+// failovers and partitions (no failover: a
 // Redis losing writes is outside the bound's assumptions, ARCHITECTURE.md
 // assumption 4).
 func randomScenario(seed uint64) Config {
@@ -143,6 +144,9 @@ func randomScenario(seed uint64) Config {
 	}
 	for range rng.IntN(3) {
 		c.Crashes = append(c.Crashes, Crash{Region: rng.IntN(c.Regions), Node: rng.IntN(c.Nodes), At: time.Duration(rng.Int64N(int64(c.Duration)))})
+	}
+	if rng.IntN(4) == 0 {
+		c.CoordFailovers = []CoordFailover{{Region: rng.IntN(c.Regions), At: time.Duration(rng.Int64N(int64(c.Duration))), After: time.Duration(rng.IntN(10)) * time.Second}}
 	}
 	if c.Regions > 1 && rng.IntN(2) == 0 {
 		from := time.Duration(rng.Int64N(int64(c.Duration)))
@@ -208,5 +212,26 @@ func TestRateProfile(t *testing.T) {
 	}
 	if c.lastChange() != 35*time.Second {
 		t.Errorf("last change %v, want the flash crowd's end", c.lastChange())
+	}
+}
+
+// A standby that takes over (coord.Machine's listening epoch, then the
+// shares read from Redis) goes on rebalancing: us's coordinator crashes
+// after the shift, before any epoch acted on it, and us still grows past
+// its default third (without the takeover it stays at 100/s).
+func TestCoordinatorFailoverTakesOver(t *testing.T) {
+	c := Default()
+	c.Duration, c.Rate, c.ShiftAt, c.ShiftTo = 120*time.Second, 1500, 30*time.Second, []float64{0.9, 0.05, 0.05}
+	c.CoordFailovers = []CoordFailover{{Region: 0, At: 35 * time.Second, After: 5 * time.Second}}
+	r := run(t, c)
+	var us int64
+	for _, p := range r.PerSecond[90:] {
+		us += p.Regions[0]
+	}
+	if got := float64(us) / 30; got < 120 {
+		t.Errorf("us admits %.1f/s after the takeover, want above its default 100/s", got)
+	}
+	if r.MaxShareSum > 1 || r.MaxOvershootOverBound > 0 {
+		t.Errorf("bound broken: %+v", r)
 	}
 }
