@@ -140,7 +140,14 @@ func build(c Config) (*Sim, error) {
 	}
 	for _, f := range c.Failovers {
 		st := s.regions[f.Region].store
-		s.q.push(int64(f.At), func() { s.undone += st.failover(s.now/1000, f.Loss.Microseconds()) })
+		s.q.push(int64(f.At), func() {
+			// A lost shrink can leave shares summing past L (Theorem 1
+			// assumes writes that were acknowledged stay written).
+			for _, k := range st.failover(s.now/1000, f.Loss.Microseconds()) {
+				s.undone++
+				s.met.shareSum(s, k)
+			}
+		})
 	}
 	for _, f := range c.CoordFailovers {
 		reg := s.regions[f.Region]

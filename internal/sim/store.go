@@ -65,13 +65,13 @@ func (s *store) write(now int64, k int, b bucket) {
 	s.b[k] = b
 }
 
-// failover undoes every write of the last loss µs: the replica promoted
-// had not received them.
-func (s *store) failover(now, loss int64) (undone int) {
+// failover undoes every write of the last loss µs (the replica promoted
+// had not received them) and returns the keys undone, latest first.
+func (s *store) failover(now, loss int64) (undone []int) {
 	for i := len(s.journal) - 1; i >= 0 && s.journal[i].at > now-loss; i-- {
 		s.b[s.journal[i].key] = s.journal[i].prev
+		undone = append(undone, s.journal[i].key)
 		s.journal = s.journal[:i]
-		undone++
 	}
 	return undone
 }

@@ -55,7 +55,7 @@ func TestStoreShareAndFailover(t *testing.T) {
 	if s.shareOf(0, third) != 2*third {
 		t.Fatal("share not in force")
 	}
-	if n := s.failover(1_000_000, 600_000); n != 2 {
+	if n := len(s.failover(1_000_000, 600_000)); n != 2 {
 		t.Fatalf("undid %d writes, want the share and the last lease", n)
 	}
 	if s.shareOf(0, third) != third || s.b[0].tokens != 0 {
