@@ -128,7 +128,21 @@ type Options struct {
 	// Takes within half the TTL that make a cold key warm). Zero means
 	// DefaultColdHits; at most MaxColdHits.
 	ColdHits int
-	Logger   *slog.Logger
+	// Executor, when set, runs refill rounds instead of the Workers
+	// goroutines: the manager hands it each shard's flush as run, which it
+	// must call exactly once, later (never from inside Executor: the shard
+	// lock is held). A deterministic simulation (internal/sim) queues run
+	// on its virtual-time event queue, so no goroutine scheduling decides
+	// when a refill is sent. Close and Abort must not be called while a run
+	// is in progress; a run called after them does nothing.
+	Executor func(run func())
+	// FixedHash hashes subjects with a fixed function instead of a
+	// per-process random seed, so which keys share a shard (and so a
+	// refill round) is the same in every run: a simulation's outcome must
+	// not depend on it. Not for serving: a known hash lets a client pick
+	// subjects that crowd one shard.
+	FixedHash bool
+	Logger    *slog.Logger
 }
 
 // Manager holds leases for many keys. It is safe for concurrent use;
@@ -232,7 +246,7 @@ func New(opts Options) (*Manager, error) {
 		m.shards[i].table.Store(newTable(8))
 		m.shards[i].idx = i
 	}
-	for range opts.Workers {
+	for i := 0; i < opts.Workers && opts.Executor == nil; i++ {
 		m.wg.Add(1)
 		go m.worker()
 	}
@@ -274,9 +288,34 @@ func (m *Manager) NewLimit(key func(subject string) string, spec algorithm.Spec,
 	}
 	id := key("")
 	return &Limit{
-		key: key, id: id, mix: maphash.String(m.seed, id), spec: spec, cfg: cfg, global: global,
+		key: key, id: id, mix: m.hash([]byte(id)), spec: spec, cfg: cfg, global: global,
 		capacity: spec.Capacity(), rate: spec.Rate(), nsPerToken: 1e9 / spec.Rate(),
 	}, nil
+}
+
+// hash is a subject's (or a limit id's) hash: maphash with the manager's
+// seed, or with Options.FixedHash an FNV-1a finished by a 64-bit mixer
+// (the shard is taken from the top bits, which FNV alone spreads badly).
+func (m *Manager) hash(b []byte) uint64 {
+	if m.opts.FixedHash {
+		return fixedHash(b)
+	}
+	return maphash.Bytes(m.seed, b)
+}
+
+// fixedHash is kept out of line: TakeTo's straight path stays short.
+//
+//go:noinline
+func fixedHash(b []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range b {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	return h ^ h>>33
 }
 
 // Config returns the limit's knobs, defaults filled in.
@@ -329,7 +368,13 @@ func (m *Manager) Take(ctx context.Context, lim *Limit, subject []byte, cost int
 // cache, a cold key) is takeSlow.
 func (m *Manager) TakeTo(ctx context.Context, lim *Limit, subject []byte, cost int64, r *Result) error {
 	if cost <= lim.capacity {
-		h := maphash.Bytes(m.seed, subject) ^ lim.mix
+		var h uint64
+		if m.opts.FixedHash { // not m.hash: that call would not be inlined
+			h = fixedHash(subject)
+		} else {
+			h = maphash.Bytes(m.seed, subject)
+		}
+		h ^= lim.mix
 		warm := false
 		if f := m.coldKeys; f != nil && cost > 0 && !lim.global {
 			// The cold filter judges a key not leased here without a lookup.
@@ -557,7 +602,7 @@ func (m *Manager) scheduleLocked(sh *shard, e *entry, need int64) *round {
 	}
 	if !sh.scheduled {
 		sh.scheduled = true
-		m.ready <- sh.idx
+		m.dispatch(sh)
 	}
 	return sh.next
 }
@@ -589,6 +634,20 @@ func (m *Manager) await(ctx context.Context, sh *shard, e *entry, need int64) (d
 	case <-capped:
 		return false, ErrWaitTimeout
 	}
+}
+
+// dispatch hands sh's next flush to a worker, or to Options.Executor.
+// The caller holds sh.mu.
+func (m *Manager) dispatch(sh *shard) {
+	if ex := m.opts.Executor; ex != nil {
+		ex(func() {
+			if !m.closed.Load() {
+				m.flush(sh)
+			}
+		})
+		return
+	}
+	m.ready <- sh.idx
 }
 
 func (m *Manager) worker() {
@@ -654,7 +713,7 @@ func (m *Manager) flush(sh *shard) {
 	sh.spare = batch[:0]
 	sh.flushing = nil
 	if len(sh.pending) > 0 {
-		m.ready <- sh.idx
+		m.dispatch(sh)
 	} else {
 		sh.scheduled = false
 	}

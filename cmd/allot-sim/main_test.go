@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// capture runs the command with args and returns what it printed.
+func capture(t *testing.T, args ...string) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := os.Stdout
+	os.Stdout = w
+	done := make(chan []byte)
+	go func() {
+		b, _ := io.ReadAll(r)
+		done <- b
+	}()
+	err = run(args)
+	os.Stdout = old
+	_ = w.Close()
+	out := <-done
+	if err != nil {
+		t.Fatalf("allot-sim %v: %v", args, err)
+	}
+	return string(out)
+}
+
+// The last line is the JSON the issue asks for, a run is repeatable, and
+// --png writes a PNG.
+func TestLastLineIsJSON(t *testing.T) {
+	png := filepath.Join(t.TempDir(), "sim.png")
+	args := []string{"--duration", "20s", "--keys", "100", "--nodes", "3", "--shift-at", "10s", "--shift-to", "0.9,0.05,0.05",
+		"--crash", "0/1@5s", "--partition", "2@3s-8s", "--failover", "1@12s:100ms", "--png", png}
+	out := capture(t, args...)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var m map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &m); err != nil {
+		t.Fatalf("last line %q: %v", lines[len(lines)-1], err)
+	}
+	for _, k := range []string{"admitted_over_ideal", "max_overshoot_over_bound", "converged_after_s", "underserved_region_seconds"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("JSON has no %s", k)
+		}
+	}
+	if again := capture(t, args...); again != out {
+		t.Error("two runs printed different output")
+	}
+	b, err := os.ReadFile(png)
+	if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+		t.Errorf("png: %v, %d bytes", err, len(b))
+	}
+}
+
+func TestBadFlagsFail(t *testing.T) {
+	for _, args := range [][]string{
+		{"--dist", "pareto"},
+		{"--regions", "3", "--shift-at", "5s"},
+		{"--crash", "7/0@1s"},
+		{"--partition", "1@5s"},
+		{"--failover", "1@5s"},
+	} {
+		if err := run(args); err == nil {
+			t.Errorf("%v: no error", args)
+		}
+	}
+}

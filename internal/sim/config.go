@@ -1,0 +1,290 @@
+// Package sim is a deterministic discrete-event simulation of a whole
+// Allot fleet on virtual time (issue 35): regions of nodes, each node a
+// real lease.Manager deciding every request, each region a real
+// coord.Machine sharing the global limits through rebalance. Only the I/O
+// is modelled: a region's Redis (the scripts' bucket maths, store.go),
+// NATS between regions and from nodes to their coordinator, and their
+// latencies. One event queue on virtual time decides what runs next; no
+// goroutine scheduling or wall clock does, so the same Config gives the
+// same Result, byte for byte.
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is one scenario.
+type Config struct {
+	Seed     uint64
+	Duration time.Duration
+
+	Regions int
+	Nodes   int // per region
+	// HotNode sends each region's traffic to its node 0 only (the
+	// sandbox's two-node runs); otherwise requests are spread evenly.
+	HotNode bool
+
+	Keys    int
+	Dist    string  // "uniform", "zipf" or "hot"
+	ZipfS   float64 // zipf exponent (any s > 0)
+	HotFrac float64 // "hot": the part of requests for key 0, the rest uniform
+
+	// Rate is the total offered requests/s over all regions, split by
+	// Split (weights per region; nil: even). At ShiftAt (0: never) the
+	// split moves to ShiftTo, linearly over Ramp (0: a step).
+	Rate    float64
+	Split   []float64
+	ShiftAt time.Duration
+	ShiftTo []float64
+	Ramp    time.Duration
+	// A flash crowd multiplies region FlashRegion's offered rate by
+	// FlashX during [FlashAt, FlashAt+FlashFor) (FlashFor 0: none).
+	FlashRegion       int
+	FlashAt, FlashFor time.Duration
+	FlashX            float64
+
+	// Limit and Burst are every key's global token bucket: Limit tokens
+	// per second, Burst (0: Limit) capacity.
+	Limit int64
+	Burst int64
+
+	TTL          time.Duration // lease TTL
+	TargetPeriod time.Duration // lease target period
+	Interval     time.Duration // rebalance interval
+	Headroom     float64
+	Gather       float64
+	DemandPeriod time.Duration // how often nodes publish demand
+
+	RedisRTT      time.Duration // node or coordinator <-> region Redis, round trip
+	RegionLatency time.Duration // one way between regions (NATS gateways)
+	Arrival       time.Duration // arrivals are generated on this tick
+
+	// Phase is how far past an epoch boundary the run starts: the
+	// coordinators' epochs start at Phase-shifted multiples of Interval, so
+	// a shift at a whole number of intervals lands Interval-Phase before
+	// an epoch (a real shift lands at any phase).
+	Phase time.Duration
+
+	Crashes    []Crash
+	Partitions []Partition
+	Failovers  []Failover
+	// CoordFailovers crash a region's coordinator; a new one takes over.
+	CoordFailovers []CoordFailover
+
+	// Track is how many of the hottest keys have their admissions binned
+	// finely enough to check the overshoot bound on every window.
+	Track int
+}
+
+// Crash kills a node at At as a crash would (lease.Manager.Abort: its
+// leases' tokens are stranded, its in-flight calls fail).
+type Crash struct {
+	Region, Node int
+	At           time.Duration
+}
+
+// Partition cuts every coordinator link to and from Region during
+// [From, To).
+type Partition struct {
+	Region   int
+	From, To time.Duration
+}
+
+// Failover replaces Region's Redis at At with a replica that lost the
+// writes of the last Loss.
+type Failover struct {
+	Region int
+	At     time.Duration
+	Loss   time.Duration
+}
+
+// CoordFailover crashes Region's active coordinator at At; a standby
+// becomes active After later (its lock's TTL running out).
+type CoordFailover struct {
+	Region int
+	At     time.Duration
+	After  time.Duration
+}
+
+// Default is the scenario the flags start from: production defaults.
+func Default() Config {
+	return Config{
+		Seed: 1, Duration: time.Minute, Regions: 3, Nodes: 2, Keys: 1, Dist: "zipf", ZipfS: 1.1, HotFrac: 1,
+		Rate: 3000, Limit: 300, TTL: 2 * time.Second, TargetPeriod: time.Second, Interval: 10 * time.Second,
+		Headroom: 0.1, Gather: 0.25, DemandPeriod: time.Second, RedisRTT: time.Millisecond,
+		RegionLatency: 40 * time.Millisecond, Arrival: time.Millisecond, Track: 8,
+	}
+}
+
+// Validate reports what makes c unrunnable.
+func (c *Config) Validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(c.Duration > 0, "duration %v: want > 0", c.Duration)
+	check(c.Regions >= 1 && c.Regions <= 64, "regions %d: want 1..64", c.Regions)
+	check(c.Nodes >= 1 && c.Nodes <= 1024, "nodes %d: want 1..1024", c.Nodes)
+	check(c.Keys >= 1 && c.Keys <= 10_000_000, "keys %d: want 1..10^7", c.Keys)
+	check(c.Dist == "uniform" || c.Dist == "zipf" || c.Dist == "hot", "dist %q: want uniform, zipf or hot", c.Dist)
+	check(c.Dist != "zipf" || c.ZipfS > 0, "zipf s %v: want > 0", c.ZipfS)
+	check(c.HotFrac >= 0 && c.HotFrac <= 1, "hot fraction %v: want [0, 1]", c.HotFrac)
+	check(c.Rate >= 0, "rate %v: want >= 0", c.Rate)
+	check(c.Split == nil || len(c.Split) == c.Regions, "split has %d weights for %d regions", len(c.Split), c.Regions)
+	check(c.ShiftTo == nil || len(c.ShiftTo) == c.Regions, "shift-to has %d weights for %d regions", len(c.ShiftTo), c.Regions)
+	check(c.ShiftAt == 0 || c.ShiftTo != nil, "a shift time needs shift-to weights")
+	check(c.Limit > 0 && c.Burst >= 0, "limit %d, burst %d: want limit > 0, burst >= 0", c.Limit, c.Burst)
+	check(c.Arrival > 0 && c.Arrival <= time.Second, "arrival tick %v: want (0, 1s]", c.Arrival)
+	check(c.DemandPeriod > 0, "demand period %v: want > 0", c.DemandPeriod)
+	check(c.FlashFor == 0 || c.FlashRegion >= 0 && c.FlashRegion < c.Regions && c.FlashX >= 0, "flash crowd: bad region or factor")
+	check(c.Phase >= 0, "phase %v: want >= 0", c.Phase)
+	check(c.RedisRTT >= 0 && c.RegionLatency >= 0, "latencies must be >= 0")
+	for _, w := range [][]float64{c.Split, c.ShiftTo} {
+		sum := 0.0
+		for _, x := range w {
+			check(x >= 0, "weight %v: want >= 0", x)
+			sum += x
+		}
+		check(w == nil || sum > 0, "weights %v sum to 0", w)
+	}
+	for _, f := range c.Crashes {
+		check(f.Region >= 0 && f.Region < c.Regions && f.Node >= 0 && f.Node < c.Nodes, "crash of node %d/%d: no such node", f.Region, f.Node)
+	}
+	for _, p := range c.Partitions {
+		check(p.Region >= 0 && p.Region < c.Regions && p.From <= p.To, "partition %+v: bad region or times", p)
+	}
+	for _, f := range c.Failovers {
+		check(f.Region >= 0 && f.Region < c.Regions && f.Loss >= 0, "failover %+v: bad region or loss", f)
+	}
+	for _, f := range c.CoordFailovers {
+		check(f.Region >= 0 && f.Region < c.Regions && f.After >= 0, "coordinator failover %+v: bad region or delay", f)
+	}
+	return errors.Join(errs...)
+}
+
+// RegionName names region i: us, eu, ap, then r3, r4, ...
+func RegionName(i int) string {
+	if names := []string{"us", "eu", "ap"}; i < len(names) {
+		return names[i]
+	}
+	return "r" + strconv.Itoa(i)
+}
+
+// ParseWeights reads "0.9,0.05,0.05"; "" is nil.
+func ParseWeights(s string) ([]float64, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil {
+			return nil, fmt.Errorf("weight %q: %w", f, err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// ParseCrashes reads "region/node@t,...", e.g. "0/3@2m".
+func ParseCrashes(s string) ([]Crash, error) {
+	var out []Crash
+	return out, eachFault(s, func(where string, at time.Duration, _ string) error {
+		var c Crash
+		if _, err := fmt.Sscanf(where, "%d/%d", &c.Region, &c.Node); err != nil {
+			return fmt.Errorf("crash %q: want region/node@time", where)
+		}
+		c.At = at
+		out = append(out, c)
+		return nil
+	})
+}
+
+// ParsePartitions reads "region@t1-t2,...", e.g. "1@60s-120s".
+func ParsePartitions(s string) ([]Partition, error) {
+	var out []Partition
+	return out, eachFault(s, func(where string, from time.Duration, rest string) error {
+		r, err := strconv.Atoi(where)
+		if err != nil || rest == "" {
+			return fmt.Errorf("partition %q: want region@from-to", where)
+		}
+		to, err := time.ParseDuration(rest)
+		if err != nil {
+			return fmt.Errorf("partition end %q: %w", rest, err)
+		}
+		out = append(out, Partition{Region: r, From: from, To: to})
+		return nil
+	})
+}
+
+// ParseFailovers reads "region@t:loss,...", e.g. "0@90s:500ms".
+func ParseFailovers(s string) ([]Failover, error) {
+	var out []Failover
+	for _, f := range splitList(s) {
+		at, loss, ok := strings.Cut(f, ":")
+		if !ok {
+			return nil, fmt.Errorf("failover %q: want region@time:loss", f)
+		}
+		l, err := time.ParseDuration(loss)
+		if err != nil {
+			return nil, fmt.Errorf("failover loss %q: %w", loss, err)
+		}
+		err = eachFault(at, func(where string, t time.Duration, _ string) error {
+			r, err := strconv.Atoi(where)
+			if err != nil {
+				return fmt.Errorf("failover %q: want region@time:loss", f)
+			}
+			out = append(out, Failover{Region: r, At: t, Loss: l})
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// ParseCoordFailovers reads "region@t:after,...", e.g. "0@60s:10s".
+func ParseCoordFailovers(s string) ([]CoordFailover, error) {
+	fs, err := ParseFailovers(s)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator %w", err)
+	}
+	var out []CoordFailover
+	for _, f := range fs {
+		out = append(out, CoordFailover{Region: f.Region, At: f.At, After: f.Loss})
+	}
+	return out, nil
+}
+
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+// eachFault splits "where@t[-rest]" items.
+func eachFault(s string, fn func(where string, at time.Duration, rest string) error) error {
+	for _, f := range splitList(s) {
+		where, when, ok := strings.Cut(f, "@")
+		if !ok {
+			return fmt.Errorf("fault %q: want where@time", f)
+		}
+		from, rest, _ := strings.Cut(when, "-")
+		at, err := time.ParseDuration(from)
+		if err != nil {
+			return fmt.Errorf("fault time %q: %w", from, err)
+		}
+		if err := fn(where, at, rest); err != nil {
+			return err
+		}
+	}
+	return nil
+}

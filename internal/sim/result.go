@@ -1,0 +1,187 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Result is what a run measured. Its JSON is the last line of allot-sim's
+// output; every field is a function of the Config alone.
+type Result struct {
+	Offered  int64 `json:"offered"`
+	Admitted int64 `json:"admitted"`
+	Ideal    int64 `json:"ideal"`
+	// AdmittedOverIdeal is the whole run's admissions over an ideal
+	// global bucket's, fed the same arrivals (every key is global).
+	AdmittedOverIdeal float64 `json:"admitted_over_ideal"`
+	// MaxOvershootOverBound is the worst window's admissions minus the
+	// documented bound, over the bound (<= 0: the bound held).
+	MaxOvershootOverBound float64 `json:"max_overshoot_over_bound"`
+	WorstWindow           string  `json:"worst_window"`
+	// ConvergedAfterS is the seconds after the last shift (or the start)
+	// until the hottest key's admissions stay >= 95 % of the ideal's in
+	// every second (-1: never).
+	ConvergedAfterS float64 `json:"converged_after_s"`
+	// UnderservedRegionSeconds counts the (region, second) pairs served
+	// below 95 % of their max-min fair part of the hottest key's ideal.
+	UnderservedRegionSeconds int `json:"underserved_region_seconds"`
+	// MaxShareSum is the largest sum of one key's shares in force, as a
+	// fraction of L (Theorem 1: <= 1).
+	MaxShareSum float64 `json:"max_share_sum"`
+	LeaseCalls  int64   `json:"lease_calls"`
+	Epochs      int     `json:"epochs"`
+	Stranded    int64   `json:"stranded"`
+	LostWrites  int     `json:"lost_writes"`
+
+	Regions   []RegionResult `json:"-"`
+	Intervals []Interval     `json:"-"`
+	// PerSecond is the hottest key's admissions (all regions) and the
+	// ideal's, per second, for the plot.
+	PerSecond []Point `json:"-"`
+	cfg       Config
+	hotRate   float64 // the hottest key's offered requests/s
+}
+
+// RegionResult is one region's totals and its hottest-key figures.
+type RegionResult struct {
+	Name                    string
+	Offered, Admitted       int64
+	HotOffered, HotAdmitted int64
+}
+
+// Interval is the hottest key's admissions over one stretch around the
+// shift, as a fraction of L (the issue's sandbox table).
+type Interval struct {
+	Name       string
+	From, To   time.Duration
+	OfL        float64   // all regions, admitted / (L · seconds)
+	RegionsPer []float64 // per region, admitted/s
+}
+
+// Point is one second of the hottest key: admitted in all regions and in
+// each, and by the ideal bucket.
+type Point struct {
+	Admitted, Ideal int64
+	Regions         []int64
+}
+
+func (s *Sim) result() *Result {
+	m := s.met
+	c := s.cfg
+	res := &Result{cfg: c, hotRate: c.Rate * s.dist.weight(0), LeaseCalls: m.leaseCalls, Stranded: s.stranded, LostWrites: s.undone, MaxShareSum: round(m.maxShares, 6)}
+	secs := int(c.Duration / time.Second)
+	for i := range m.offered {
+		res.Offered += m.offered[i]
+		res.Admitted += m.admitted[i]
+		res.Ideal += m.ideal[i]
+	}
+	if res.Ideal > 0 {
+		res.AdmittedOverIdeal = round(float64(res.Admitted)/float64(res.Ideal), 6)
+	}
+	w, where := m.overshoot(c.TTL)
+	res.MaxOvershootOverBound, res.WorstWindow = round(w, 6), where
+	res.ConvergedAfterS = m.converged(c.lastChange(), c.Duration)
+	res.UnderservedRegionSeconds = m.underserved(c.Duration)
+	for _, reg := range s.regions {
+		res.Epochs += reg.coord.epochs
+		rr := RegionResult{Name: reg.name}
+		for i := range m.offered {
+			rr.HotOffered += m.hotOffered[reg.idx][i]
+			rr.HotAdmitted += m.hotAdmitted[reg.idx][i]
+		}
+		res.Regions = append(res.Regions, rr)
+	}
+	for i := range secs {
+		p := Point{Admitted: m.hotTotal(i), Ideal: m.hotIdeal[i]}
+		for r := range m.hotAdmitted {
+			p.Regions = append(p.Regions, m.hotAdmitted[r][i])
+		}
+		res.PerSecond = append(res.PerSecond, p)
+	}
+	if c.ShiftAt > 0 {
+		sh, iv := c.ShiftAt.Truncate(time.Second), c.Interval
+		for _, p := range []struct {
+			name     string
+			from, to time.Duration
+		}{
+			{"before the shift", sh - iv, sh},
+			{"1st interval after", sh, sh + iv},
+			{"2nd interval", sh + iv, sh + 2*iv},
+			{"after 2 intervals", sh + 2*iv, c.Duration.Truncate(time.Second)},
+		} {
+			if p.from < 0 || p.to <= p.from || p.to > c.Duration {
+				continue
+			}
+			res.Intervals = append(res.Intervals, s.interval(p.name, p.from, p.to))
+		}
+	}
+	return res
+}
+
+func (s *Sim) interval(name string, from, to time.Duration) Interval {
+	m := s.met
+	iv := Interval{Name: name, From: from, To: to}
+	d := (to - from).Seconds()
+	var all int64
+	for _, reg := range s.regions {
+		var n int64
+		for i := int(from / time.Second); i < int(to/time.Second); i++ {
+			n += m.hotAdmitted[reg.idx][i]
+		}
+		all += n
+		iv.RegionsPer = append(iv.RegionsPer, round(float64(n)/d, 1))
+	}
+	iv.OfL = round(float64(all)/d/m.rate, 4)
+	return iv
+}
+
+func round(x float64, digits int) float64 {
+	if math.IsInf(x, 0) || math.IsNaN(x) {
+		return 0
+	}
+	p := math.Pow(10, float64(digits))
+	return math.Round(x*p) / p
+}
+
+// Write prints the summary table and, last, the JSON line.
+func (r *Result) Write(w io.Writer) error {
+	c := r.cfg
+	var b strings.Builder
+	fmt.Fprintf(&b, "allot-sim: %d regions x %d nodes, %d keys (%s), %.0f req/s offered, L %d/s burst %d, interval %v, ttl %v, seed %d, %v\n",
+		c.Regions, c.Nodes, c.Keys, c.Dist, c.Rate, c.Limit, c.Burst, c.Interval, c.TTL, c.Seed, c.Duration)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "region\thot offered/s\thot admitted/s\t")
+	secs := c.Duration.Seconds()
+	for _, rr := range r.Regions {
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t\n", rr.Name, float64(rr.HotOffered)/secs, float64(rr.HotAdmitted)/secs)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(&b, "all keys: offered %d, admitted %d, ideal bucket %d (%.2f %%); lease calls %d; epochs %d\n",
+		r.Offered, r.Admitted, r.Ideal, 100*r.AdmittedOverIdeal, r.LeaseCalls, r.Epochs)
+	fmt.Fprintf(&b, "worst window: %s (%.1f %% of the bound)\n", r.WorstWindow, 100*(1+r.MaxOvershootOverBound))
+	if len(r.Intervals) > 0 {
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "hot key, by interval\tfrom\tto\t% of L\tper region /s\t")
+		for _, iv := range r.Intervals {
+			fmt.Fprintf(tw, "%s\t%v\t%v\t%.1f\t%v\t\n", iv.Name, iv.From, iv.To, 100*iv.OfL, iv.RegionsPer)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	js, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	b.Write(js)
+	b.WriteByte('\n')
+	_, err = io.WriteString(w, b.String())
+	return err
+}
