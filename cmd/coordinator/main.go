@@ -46,16 +46,17 @@ func main() {
 // flags are allot-coordinator's command line (README, "Coordinator
 // flags"; the test there holds the two equal).
 type flags struct {
-	store, adminAddr, adminToken, metricsAddr *string
-	logger                                    func() (*slog.Logger, error)
-	rebalance                                 *rebalanceFlags
-	transport                                 *transportflags.Flags
+	store, policies, adminAddr, adminToken, metricsAddr *string
+	logger                                              func() (*slog.Logger, error)
+	rebalance                                           *rebalanceFlags
+	transport                                           *transportflags.Flags
 }
 
 // register declares every flag of allot-coordinator on fs.
 func register(fs *flag.FlagSet) *flags {
 	f := &flags{
 		store:       fs.String("store", "", "policy store: a policy file PATH (also file:PATH), nats://HOST:PORT (JetStream KV allot-policies) or postgres://..."),
+		policies:    fs.String("policies", "", "policy file; shorthand for --store file:PATH"),
 		adminAddr:   fs.String("admin-addr", "127.0.0.1:8070", "admin API listen address; off loopback it needs --admin-token"),
 		adminToken:  fs.String("admin-token", "", "bearer token admin API writes must present"),
 		metricsAddr: fs.String("metrics-addr", "127.0.0.1:9470", "listen address of GET /metrics (Prometheus: rebalance rounds); empty disables"),
@@ -82,7 +83,7 @@ func run(args []string) error {
 		return err
 	}
 	rebalance.transport = tr
-	url, err := storeURL(*f.store)
+	url, err := storeURL(*f.store, *f.policies)
 	if err != nil {
 		return err
 	}
@@ -135,8 +136,12 @@ func run(args []string) error {
 
 // storeURL is --store as a store URL: a path without a scheme is a
 // policy file.
-func storeURL(store string) (string, error) {
+func storeURL(store, policies string) (string, error) {
 	switch {
+	case store != "" && policies != "":
+		return "", errors.New("--store and --policies both given: --policies PATH is --store file:PATH")
+	case policies != "":
+		return "file:" + policies, nil
 	case store == "":
 		return "", errors.New("no policy store: set --store URL (or a policy file PATH)")
 	case strings.Contains(store, "://") || strings.HasPrefix(store, "file:") || strings.HasPrefix(store, "memory:"):

@@ -61,6 +61,7 @@ func TestServesAdminAPIAndStopsOnSIGTERM(t *testing.T) {
 func TestRefusesUnsafeOrEmptyConfig(t *testing.T) {
 	assert.ErrorContains(t, run([]string{"--admin-addr", "127.0.0.1:0"}), "no policy store")
 	assert.ErrorContains(t, run([]string{"--store", "memory:", "--admin-addr", "0.0.0.0:0"}), "needs a token")
-	assert.ErrorContains(t, run([]string{"--store", "memory:", "--policies", "x"}), "--policies was removed: use --store PATH")
+	assert.ErrorContains(t, run([]string{"--store", "memory:", "--policies", "x"}), "--store and --policies both given")
+	assert.ErrorContains(t, run([]string{"--policies", "/nonexistent/p.yaml"}), "/nonexistent/p.yaml", "--policies is --store file:PATH")
 	assert.ErrorContains(t, run([]string{"--store", "/nonexistent/p.yaml"}), "/nonexistent/p.yaml", "a path is a policy file")
 }

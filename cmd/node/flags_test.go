@@ -47,9 +47,9 @@ func TestRemovedFlagRefused(t *testing.T) {
 	err := run([]string{"--lease-ttl", "3s", "--store", "/nonexistent"})
 	require.Error(t, err)
 	assert.Equal(t, "--lease-ttl was removed: set lease.ttl in the policy file (docs/policies.md)", err.Error())
-	err = run([]string{"--admin-addr", "127.0.0.1:0"})
+	err = run([]string{"--redis-max-wait", "2s"})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "--admin-addr was removed: serve the admin API with allot-coordinator")
+	assert.Equal(t, "--redis-max-wait was removed: fixed at 1s (ARCHITECTURE.md, \"Fixed settings\")", err.Error())
 }
 
 // The gRPC in-flight bound is a quarter of --max-inflight (today's

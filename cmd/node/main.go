@@ -48,32 +48,35 @@ func main() {
 // flags are allot-node's command line (README, "Node flags"; the test
 // there holds the two equal).
 type flags struct {
-	grpcAddr, redis, store, httpAddr, metricsAddr *string
-	upstream, proxyAddr, identity, trusted        *string
-	drain                                         *time.Duration
-	maxInFlight, grpcMaxConns                     *int
-	logger                                        func() (*slog.Logger, error)
-	res                                           func() node.Resilience
-	gossip                                        func(*node.Resilience)
-	multi                                         func() node.MultiRegion
-	transport                                     *transportflags.Flags
+	grpcAddr, redis, store, policies, httpAddr, metricsAddr *string
+	adminAddr, adminToken                                   *string
+	upstream, proxyAddr, identity, trusted                  *string
+	drain                                                   *time.Duration
+	maxInFlight                                             *int
+	logger                                                  func() (*slog.Logger, error)
+	res                                                     func() node.Resilience
+	gossip                                                  func(*node.Resilience)
+	multi                                                   func() node.MultiRegion
+	transport                                               *transportflags.Flags
 }
 
 // register declares every flag of allot-node on fs.
 func register(fs *flag.FlagSet) *flags {
 	f := &flags{
-		grpcAddr:     fs.String("grpc-addr", "127.0.0.1:8081", "gRPC listen address"),
-		redis:        fs.String("redis", "", "region Redis: comma-separated HOST:PORT addresses (several: a cluster's seeds), or a URL redis[s]://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...] (rediss: TLS; put a password in ALLOT_REDIS, not on the command line); empty runs standalone with in-process counters"),
-		store:        fs.String("store", "", "policy store, watched for changes: a policy file PATH (YAML or JSON; also file:PATH), nats://HOST:PORT (JetStream KV allot-policies) or postgres://..."),
-		httpAddr:     fs.String("http-addr", "127.0.0.1:8080", "HTTP listen address for POST /v1/check, /healthz, /readyz; empty disables"),
-		metricsAddr:  fs.String("metrics-addr", "", "listen address of GET /metrics (Prometheus), and of the Go runtime profiles (/debug/pprof/) when it is a loopback address; empty serves /metrics on --http-addr"),
-		upstream:     fs.String("upstream", "", "reverse-proxy mode: forward admitted requests to this http(s) URL"),
-		proxyAddr:    fs.String("proxy-addr", "127.0.0.1:8090", "listen address of the reverse proxy (with --upstream)"),
-		identity:     fs.String("identity-headers", "", "proxy: request headers identity comes from, comma-separated KIND=HEADER with KIND api-key (client_identifier is its SHA-256 digest), user (client_identifier when no API key) or tenant; e.g. api-key=X-API-Key,tenant=X-Tenant-ID"),
-		trusted:      fs.String("trusted-proxies", "", "proxy: comma-separated CIDRs whose X-Forwarded-For is believed"),
-		drain:        fs.Duration("drain-period", node.DefaultDrainPeriod, "after SIGTERM, how long the node keeps serving while /readyz answers 503 and gRPC health NOT_SERVING, before it stops (0: stop at once); calls in flight then get 10s more"),
-		maxInFlight:  fs.Int("max-inflight", node.DefaultMaxInFlight, "concurrency: most checks decided at once (every face; batch items count one at a time); more are shed at once: UNAVAILABLE (HTTP 503) \"node overloaded\", counted as outcome shed; a quarter of it bounds the gRPC calls in progress (memory: each may hold a 3.1 MiB message); negative: no bound"),
-		grpcMaxConns: fs.Int("grpc-max-connections", node.DefaultGRPCMaxConnections, "memory: most gRPC connections served at once (more wait in the accept queue); -1: unlimited"),
+		grpcAddr:    fs.String("grpc-addr", "127.0.0.1:8081", "gRPC listen address"),
+		redis:       fs.String("redis", "", "region Redis: comma-separated HOST:PORT addresses (several: a cluster's seeds), or a URL redis[s]://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...] (rediss: TLS; put a password in ALLOT_REDIS, not on the command line); empty runs standalone with in-process counters"),
+		store:       fs.String("store", "", "policy store, watched for changes: a policy file PATH (YAML or JSON; also file:PATH), nats://HOST:PORT (JetStream KV allot-policies) or postgres://..."),
+		policies:    fs.String("policies", "", "policy file (YAML or JSON), watched for changes; shorthand for --store file:PATH"),
+		adminAddr:   fs.String("admin-addr", "", "admin API listen address (HOST:PORT); empty disables; off loopback it needs --admin-token"),
+		adminToken:  fs.String("admin-token", "", "bearer token admin API writes must present"),
+		httpAddr:    fs.String("http-addr", "127.0.0.1:8080", "HTTP listen address for POST /v1/check, /healthz, /readyz; empty disables"),
+		metricsAddr: fs.String("metrics-addr", "", "listen address of GET /metrics (Prometheus), and of the Go runtime profiles (/debug/pprof/) when it is a loopback address; empty serves /metrics on --http-addr"),
+		upstream:    fs.String("upstream", "", "reverse-proxy mode: forward admitted requests to this http(s) URL"),
+		proxyAddr:   fs.String("proxy-addr", "127.0.0.1:8090", "listen address of the reverse proxy (with --upstream)"),
+		identity:    fs.String("identity-headers", "", "proxy: request headers identity comes from, comma-separated KIND=HEADER with KIND api-key (client_identifier is its SHA-256 digest), user (client_identifier when no API key) or tenant; e.g. api-key=X-API-Key,tenant=X-Tenant-ID"),
+		trusted:     fs.String("trusted-proxies", "", "proxy: comma-separated CIDRs whose X-Forwarded-For is believed"),
+		drain:       fs.Duration("drain-period", node.DefaultDrainPeriod, "after SIGTERM, how long the node keeps serving while /readyz answers 503 and gRPC health NOT_SERVING, before it stops (0: stop at once); calls in flight then get 10s more"),
+		maxInFlight: fs.Int("max-inflight", node.DefaultMaxInFlight, "concurrency: most checks decided at once (every face; batch items count one at a time); more are shed at once: UNAVAILABLE (HTTP 503) \"node overloaded\", counted as outcome shed; a quarter of it bounds the gRPC calls in progress (memory: each may hold a 3.1 MiB message); negative: no bound"),
 	}
 	f.logger = cli.LogLevel(fs, "info", os.Stderr)
 	f.res = resilienceFlags(fs)
@@ -129,24 +132,27 @@ func run(args []string) error {
 		}
 	}()
 	n, err := node.Start(ctx, node.Config{
-		GRPCAddr:    *f.grpcAddr,
-		Redis:       redis,
-		StoreURL:    storeURL(*f.store),
-		Logger:      log,
-		HTTPAddr:    *f.httpAddr,
-		Upstream:    *f.upstream,
-		ProxyAddr:   *f.proxyAddr,
-		Identity:    identity,
-		Resilience:  res,
-		MultiRegion: f.multi(),
-		Transport:   tr,
-		Telemetry:   tel,
-		MetricsAddr: *f.metricsAddr,
-		Pprof:       isLoopback(*f.metricsAddr),
-		MaxInFlight: *f.maxInFlight,
-		DrainPeriod: *f.drain,
+		GRPCAddr:     *f.grpcAddr,
+		Redis:        redis,
+		StoreURL:     storeURL(*f.store),
+		PoliciesPath: *f.policies,
+		AdminAddr:    *f.adminAddr,
+		AdminToken:   *f.adminToken,
+		Logger:       log,
+		HTTPAddr:     *f.httpAddr,
+		Upstream:     *f.upstream,
+		ProxyAddr:    *f.proxyAddr,
+		Identity:     identity,
+		Resilience:   res,
+		MultiRegion:  f.multi(),
+		Transport:    tr,
+		Telemetry:    tel,
+		MetricsAddr:  *f.metricsAddr,
+		Pprof:        isLoopback(*f.metricsAddr),
+		MaxInFlight:  *f.maxInFlight,
+		DrainPeriod:  *f.drain,
 		GRPCLimits: node.GRPCLimits{
-			MaxConnections: *f.grpcMaxConns,
+			MaxConnections: node.DefaultGRPCMaxConnections,
 			MaxInFlight:    grpcMaxInFlight(*f.maxInFlight),
 		},
 	})

@@ -27,12 +27,11 @@ func TestRedisAndBreakerFlags(t *testing.T) {
 	}
 	timeout, brk := parse()
 	assert.Equal(t, region.DefaultTimeout, timeout)
-	assert.Equal(t, region.BreakerOptions{Failures: region.DefaultBreakerFailures, ProbeAfter: region.DefaultBreakerProbeAfter, MaxOpen: region.DefaultBreakerMaxOpen}, brk)
+	assert.Equal(t, region.BreakerOptions{Failures: region.DefaultBreakerFailures, MaxOpen: region.DefaultBreakerMaxOpen}, brk, "the first probe's wait is region's default")
 
-	timeout, brk = parse("--redis-timeout", "10ms", "--breaker-failures", "-1", "--breaker-probe-after", "20ms")
+	timeout, brk = parse("--redis-timeout", "10ms", "--breaker-failures", "-1")
 	assert.Equal(t, 10*time.Millisecond, timeout)
 	assert.Equal(t, -1, brk.Failures)
-	assert.Equal(t, 20*time.Millisecond, brk.ProbeAfter)
 
 	t.Setenv("ALLOT_BREAKER_MAX_OPEN", "1s")
 	_, brk = parse()

@@ -128,7 +128,7 @@ type Config struct {
 	// the fallback). Zero means none beyond the store's own, as nodes
 	// run: the region store judges its shards' stalls itself
 	// (--redis-timeout) and sheds what this node cannot get answered
-	// (--redis-max-wait), and a check whose wall-clock bound passes while
+	// (region.DefaultMaxWait, 1 s), and a check whose wall-clock bound passes while
 	// the store is healthy would be shed (an overloaded error), not
 	// decided by on_store_failure.
 	Timeout time.Duration

@@ -29,8 +29,8 @@ policies:
 
 // TestResilienceLatency measures the decision latency distribution of the
 // exact path with the node's defaults (--redis-timeout 5 ms, of which the
-// Redis call gets 4 ms; breaker 50% over 10 s, minimum 20 calls, 10 in a
-// row, open 5 s) in normal operation and through each Redis fault, and
+// Redis call gets 4 ms; breaker opening on a stall or 10 failures in a
+// row, probing from 50 ms up to 5 s) in normal operation and through each Redis fault, and
 // through a black hole with breakers off, where every decision waits for
 // the deadline. It is a measurement for docs/benchmarks.md, not a check:
 // run it with
@@ -38,7 +38,8 @@ policies:
 //	ALLOT_BENCH_RESILIENCE=1 go test -count=1 -run TestResilienceLatency -v ./internal/decide/
 //
 // ALLOT_BENCH_SECONDS sets the length of each phase (default 5), and
-// ALLOT_BENCH_MARGIN the --redis-timeout-margin (default 0: automatic;
+// ALLOT_BENCH_MARGIN the part of the budget kept back from the Redis call
+// (default 0: automatic;
 // -1ns gives the Redis call the whole 5 ms, as before the margin).
 // redis-server runs on a CPU of its own (the last; redistest.PinRedis),
 // as on a Redis host of its own, and this process (the decider, the

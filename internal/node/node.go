@@ -151,7 +151,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		// No Timeout: the store judges its shards' health itself (a
 		// stalled shard fails its calls after the stall threshold,
 		// --redis-timeout) and sheds what this node cannot get answered
-		// (--redis-max-wait); a wall-clock bound per check would shed
+		// (1 s, region.DefaultMaxWait); a wall-clock bound per check would shed
 		// checks of a merely busy node.
 	}
 	if n.res.fallback != nil { // standalone has no store to fall back from
@@ -213,7 +213,7 @@ func (n *Node) openStore(ctx context.Context) (decide.Store, error) {
 	}
 	m, err := lease.New(lease.Options{
 		Source: n.leaseSource(st), Defaults: n.cfg.Lease, Logger: n.perRequestLog(), ColdExact: true,
-		CallTimeout: n.cfg.Resilience.RedisMaxWait, // --redis-max-wait
+		CallTimeout: n.cfg.Resilience.RedisMaxWait, // zero: 1 s, as a check waits
 	})
 	if err != nil {
 		_ = st.Close()

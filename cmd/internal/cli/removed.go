@@ -18,7 +18,6 @@ import (
 // allot-coordinator) is not looked up here.
 var removed = map[string]string{
 	// Both commands.
-	"policies":       "use --store PATH (a path without a scheme is a policy file)",
 	"otlp-endpoint":  "set OTEL_EXPORTER_OTLP_ENDPOINT (http://HOST:4317 plaintext, https:// TLS)",
 	"redis-username": "give the user in the --redis URL: redis://USER:PASSWORD@HOST:PORT",
 	"redis-password": "give the password in the --redis URL (redis://:PASSWORD@HOST:PORT), best as ALLOT_REDIS",
@@ -32,8 +31,6 @@ var removed = map[string]string{
 	"nats-tls-cert":  "use --client-tls-cert",
 	"nats-tls-key":   "use --client-tls-key",
 	// allot-node.
-	"admin-addr":                   "serve the admin API with allot-coordinator --store URL --admin-addr ADDR",
-	"admin-token":                  "serve the admin API with allot-coordinator (--admin-token there)",
 	"identity-api-key-header":      "use --identity-headers api-key=HEADER",
 	"identity-user-header":         "use --identity-headers user=HEADER",
 	"identity-tenant-header":       "use --identity-headers tenant=HEADER",
@@ -58,7 +55,7 @@ var removed = map[string]string{
 	"gossip-probe-interval":        "fixed at 500ms (ARCHITECTURE.md, \"Fixed settings\")",
 	"gossip-suspicion-mult":        "fixed at 4 (ARCHITECTURE.md, \"Fixed settings\")",
 	"redis-timeout-margin":         "fixed at min(1ms, --redis-timeout/5) (ARCHITECTURE.md, \"Fixed settings\")",
-	"redis-lease-timeout":          "derived: a lease refill waits up to --redis-max-wait",
+	"redis-lease-timeout":          "fixed at 1s, as a check's wait on a healthy shard (ARCHITECTURE.md, \"Fixed settings\")",
 	"redis-stall-max":              "removed: the stall threshold is --redis-timeout less 1ms (README, \"Failure handling\")",
 	"redis-pipelines":              "fixed at 1 (ARCHITECTURE.md, \"Fixed settings\")",
 	"redis-max-batch":              "fixed at 128 (ARCHITECTURE.md, \"Fixed settings\")",
@@ -67,7 +64,10 @@ var removed = map[string]string{
 	"breaker-failure-ratio":        "removed: the breaker opens on a stall or --breaker-failures in a row",
 	"breaker-min-requests":         "removed: the breaker opens on a stall or --breaker-failures in a row",
 	"breaker-consecutive-failures": "renamed --breaker-failures",
-	"breaker-open-min":             "renamed --breaker-probe-after",
+	"breaker-open-min":             "fixed at 50ms (ARCHITECTURE.md, \"Fixed settings\")",
+	"breaker-probe-after":          "fixed at 50ms (ARCHITECTURE.md, \"Fixed settings\")",
+	"redis-max-wait":               "fixed at 1s (ARCHITECTURE.md, \"Fixed settings\")",
+	"grpc-max-connections":         "fixed at 4096 (ARCHITECTURE.md, \"Fixed settings\")",
 	"breaker-open-for":             "renamed --breaker-max-open",
 	// allot-coordinator: the settings document's rebalance: block.
 	"interval":        "set rebalance.interval in the policy file (docs/multi-region.md)",
@@ -80,12 +80,6 @@ var removed = map[string]string{
 	"decay":           "set rebalance.decay in the policy file (docs/multi-region.md)",
 	"share-ttl":       "set rebalance.share_ttl in the policy file (docs/multi-region.md)",
 }
-
-// sharedEnv are removed flags whose ALLOT_ variable other Allot commands
-// still read (allot-coordinator's admin API, allotctl's token): set in
-// a shared environment it is not a mistake, so only the command line is
-// refused for them.
-var sharedEnv = map[string]bool{"admin-addr": true, "admin-token": true}
 
 // checkRemoved fails on the first removed flag in args (up to the end of
 // the flags, as package flag reads them) or in the environment, naming
@@ -120,9 +114,6 @@ func checkRemoved(fs *flag.FlagSet, args []string) error {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		if sharedEnv[name] {
-			continue
-		}
 		env := envflag.Name(EnvPrefix, name)
 		if _, ok := os.LookupEnv(env); ok {
 			if r := gone(name); r != "" {

@@ -45,12 +45,6 @@ func TestRemovedTableLeavesDefinedFlagsAlone(t *testing.T) {
 	require.NoError(t, Parse(newSet(), []string{"--", "--lease-ttl"}), "after --")
 	t.Setenv("ALLOT_ADMIN_ADDR", "127.0.0.1:1")
 	require.NoError(t, Parse(newSet(), nil))
-	// allotctl and allot-coordinator read ALLOT_ADMIN_TOKEN: in a shared
-	// environment it does not stop a command that dropped the flag.
-	t.Setenv("ALLOT_ADMIN_TOKEN", "T")
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	require.NoError(t, Parse(fs, nil))
-	assert.ErrorContains(t, Parse(flag.NewFlagSet("t", flag.ContinueOnError), []string{"--admin-token", "T"}), "--admin-token was removed")
 	err := Parse(newSet(), []string{"--no-such-flag"})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "flag provided but not defined", "not in the table: package flag's error")
