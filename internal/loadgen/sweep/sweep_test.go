@@ -35,6 +35,12 @@ func buildBinaries(t *testing.T) (node, load string) {
 	return node, load
 }
 
+// testNodeArgs give the node a stall threshold (49 ms) over the Redis
+// tail of a shared test machine (silences of up to 10 ms from a healthy
+// Redis; docs/benchmarks.md, "Machine") and under the pauses these tests
+// inflict (250 ms): what they check is the node, not the host.
+var testNodeArgs = []string{"--redis-timeout", "50ms"}
+
 // refused waits (bounded) until nothing listens on addr any more.
 func refused(t *testing.T, addr string) {
 	t.Helper()
@@ -107,7 +113,7 @@ func TestSweepRunsRealProcesses(t *testing.T) {
 	for _, mode := range []string{RatioExact, RatioStandalone} {
 		var out bytes.Buffer
 		pairs, err := Ratio(t.Context(), RatioConfig{
-			NodeBin: nodeBin, LoadBin: loadBin, Mode: mode, Pairs: 1, Concurrency: 4,
+			NodeBin: nodeBin, NodeArgs: testNodeArgs, LoadBin: loadBin, Mode: mode, Pairs: 1, Concurrency: 4,
 			Measure: time.Second, Warmup: 200 * time.Millisecond, Out: &out, Dir: t.TempDir(),
 		})
 		t.Logf("ratio %s:\n%s", mode, out.String())
@@ -204,7 +210,7 @@ func TestPausedNodeIsNotRedisFault(t *testing.T) {
 	const pause = 250 * time.Millisecond
 	var table bytes.Buffer
 	rows, err := Run(t.Context(), Config{
-		NodeBin: nodeBin,
+		NodeBin: nodeBin, NodeArgs: testNodeArgs,
 		Cases: []Case{
 			{Precision: "exact", Keys: Uniform10k, Limit: HugeLimit},
 			{Precision: "leased", Keys: HotKey, Limit: RealLimit},
