@@ -354,7 +354,7 @@ func (r *Region) startNode(ctx context.Context, i int, grpcAddr, httpAddr string
 		PoliciesPath: r.policies,
 		Lease:        cfg.Lease,
 		Logger:       cfg.Logger.With("component", fmt.Sprintf("%s-node-%d", r.Name, i)),
-		Resilience: node.Resilience{RedisTimeout: redisTimeout},
+		Resilience:   node.Resilience{RedisTimeout: redisTimeout},
 		MultiRegion: node.MultiRegion{
 			Region: r.Name, Regions: cfg.Regions, NATSURL: r.NATSURL,
 			Name: fmt.Sprintf("%s-node-%d", r.Name, i),
