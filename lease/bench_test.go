@@ -47,7 +47,7 @@ func BenchmarkTake(b *testing.B) {
 	// pinned in the cold filter, which a Take reads first.
 	b.Run("hot-key-to-cold-exact", func(b *testing.B) {
 		clk := NewManualClock()
-		m, err := New(Options{Source: newFake(clk), Clock: clk, SweepEvery: -1, ColdExact: true, ColdHits: 1})
+		m, err := New(Options{Source: newFake(clk), Clock: clk, SweepEvery: -1, ColdExact: true, Defaults: Config{ColdHits: 1}})
 		if err != nil {
 			b.Fatal(err)
 		}

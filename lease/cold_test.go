@@ -16,7 +16,7 @@ import (
 func TestColdKeysGoExact(t *testing.T) {
 	clk := NewManualClock()
 	src := newFake(clk)
-	m, err := New(Options{Source: src, Clock: clk, SweepEvery: -1, ColdExact: true, ColdHits: 2})
+	m, err := New(Options{Source: src, Clock: clk, SweepEvery: -1, ColdExact: true, Defaults: Config{ColdHits: 2}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	cfg := Config{TargetPeriod: time.Second, TTL: 2 * time.Second}
@@ -98,7 +98,7 @@ func TestPacedKeyIsNotCold(t *testing.T) {
 func TestColdKeyNeedsHitsToLease(t *testing.T) {
 	clk := NewManualClock()
 	src := newFake(clk)
-	m, err := New(Options{Source: src, Clock: clk, SweepEvery: -1, ColdExact: true, ColdHits: 4})
+	m, err := New(Options{Source: src, Clock: clk, SweepEvery: -1, ColdExact: true, Defaults: Config{ColdHits: 4}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	lim := newLimit(t, m, spec(100, time.Second, 100), Config{TargetPeriod: time.Second, TTL: 2 * time.Second}, false)
@@ -125,8 +125,8 @@ func TestColdKeyNeedsHitsToLease(t *testing.T) {
 		clk.Advance(250 * time.Millisecond)
 	}
 	assert.Positive(t, m.Stats().Calls)
-	_, err = New(Options{Source: src, ColdHits: 256})
-	assert.ErrorContains(t, err, "ColdHits")
+	_, err = New(Options{Source: src, Defaults: Config{ColdHits: 256}})
+	assert.ErrorContains(t, err, "cold hits 256 out of range")
 }
 
 // At the default (DefaultColdHits, 16 Takes in half a 2 s TTL) a key at

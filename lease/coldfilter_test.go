@@ -130,7 +130,7 @@ func TestColdKeysAreNotTracked(t *testing.T) {
 // judged there; once every key is evicted, no pin is left.
 func TestColdFilterStaysBalanced(t *testing.T) {
 	clk := NewManualClock()
-	m, err := New(Options{Source: newFake(clk), Clock: clk, SweepEvery: -1, IdleAfter: time.Second, ColdExact: true, ColdHits: 4})
+	m, err := New(Options{Source: newFake(clk), Clock: clk, SweepEvery: -1, IdleAfter: time.Second, ColdExact: true, Defaults: Config{ColdHits: 4}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	lim := newLimit(t, m, spec(1000, time.Second, 1000), Config{TargetPeriod: 100 * time.Millisecond, TTL: 200 * time.Millisecond}, false)

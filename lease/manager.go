@@ -124,10 +124,6 @@ type Options struct {
 	// counted in a 512 KiB filter, not in the key table (Stats.Keys), so a
 	// large cold key set costs no entries.
 	ColdExact bool
-	// ColdHits is Defaults.ColdHits when that is zero (Config.ColdHits:
-	// Takes within half the TTL that make a cold key warm). Zero means
-	// DefaultColdHits; at most MaxColdHits.
-	ColdHits int
 	// Executor, when set, runs refill rounds instead of the Workers
 	// goroutines: the manager hands it each shard's flush as run, which it
 	// must call exactly once, later (never from inside Executor: the shard
@@ -195,14 +191,7 @@ func New(opts Options) (*Manager, error) {
 	if opts.Source == nil {
 		return nil, errors.New("lease: no Source")
 	}
-	if opts.ColdHits > MaxColdHits {
-		return nil, fmt.Errorf("lease: ColdHits %d: at most %d", opts.ColdHits, MaxColdHits)
-	}
-	d := opts.Defaults
-	if d.ColdHits == 0 && opts.ColdHits > 0 {
-		d.ColdHits = opts.ColdHits
-	}
-	d = d.Or(Defaults())
+	d := opts.Defaults.Or(Defaults())
 	if err := d.Validate(); err != nil {
 		return nil, fmt.Errorf("lease: defaults: %w", err)
 	}

@@ -172,7 +172,7 @@ func TestColdLeasedKeyDecidedExactly(t *testing.T) {
 	st, err := region.Open(context.Background(), []string{redistest.Server(t).Addr}, region.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
-	m, err := lease.New(lease.Options{Source: st, ColdExact: true, ColdHits: 4})
+	m, err := lease.New(lease.Options{Source: st, ColdExact: true, Defaults: lease.Config{ColdHits: 4}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	set, err := policy.Load("test", []byte(leasedPolicies))
