@@ -108,17 +108,25 @@ func newSampler(k Keys) (*sampler, error) {
 	if k.Dist != Zipf {
 		return s, nil
 	}
-	s.cdf = make([]float64, k.Count)
-	sum := 0.0
-	for i := range s.cdf {
-		sum += math.Pow(float64(i+1), -k.S)
-		s.cdf[i] = sum
-	}
-	for i := range s.cdf {
-		s.cdf[i] /= sum
-	}
-	s.cdf[len(s.cdf)-1] = 1 // rounding must not leave a gap above the last key
+	s.cdf = ZipfCDF(k.Count, k.S)
 	return s, nil
+}
+
+// ZipfCDF is the cumulative distribution of n ranks under Zipf's law of
+// exponent s (rank k weighs k^-s, s > 0): cdf[k] = P(rank <= k), with
+// cdf[n-1] exactly 1. The simulator (internal/sim) draws from it too.
+func ZipfCDF(n int, s float64) []float64 {
+	cdf := make([]float64, n)
+	sum := 0.0
+	for i := range cdf {
+		sum += math.Pow(float64(i+1), -s)
+		cdf[i] = sum
+	}
+	for i := range cdf {
+		cdf[i] /= sum
+	}
+	cdf[n-1] = 1 // rounding must not leave a gap above the last rank
+	return cdf
 }
 
 // pick returns the key index for u in [0, 1).

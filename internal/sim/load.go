@@ -1,10 +1,11 @@
 package sim
 
 import (
-	"math"
 	"math/rand/v2"
 	"sort"
 	"time"
+
+	"github.com/allot-dev/allot/internal/loadgen"
 )
 
 // keyDist draws a key index for each request: 0 is the hottest key.
@@ -20,15 +21,7 @@ func newKeyDist(c *Config) *keyDist {
 	case "zipf":
 		// A table, not rand.Zipf: that one wants s > 1, and the issue's
 		// skews start at 1.
-		d.cdf = make([]float64, c.Keys)
-		sum := 0.0
-		for k := range d.cdf {
-			sum += math.Pow(float64(k+1), -c.ZipfS)
-			d.cdf[k] = sum
-		}
-		for k := range d.cdf {
-			d.cdf[k] /= sum
-		}
+		d.cdf = loadgen.ZipfCDF(c.Keys, c.ZipfS)
 	case "hot":
 		d.hot = c.HotFrac
 	}
