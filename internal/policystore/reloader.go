@@ -169,10 +169,10 @@ func (r *Reloader) apply(s Snapshot, target Target) {
 	}
 }
 
+// reject logs the rejection before publishing it in Status, so whoever sees
+// the rejected status also finds its problems in the log.
 func (r *Reloader) reject(rev Rev, err error) {
 	r.mu.Lock()
-	r.status.Rejected, r.status.RejectedAt, r.status.Err = rev, time.Now(), err
-	r.status.Rejections++
 	applied := r.status.Applied
 	r.mu.Unlock()
 	problems := problemsOf(err)
@@ -184,4 +184,8 @@ func (r *Reloader) reject(rev Rev, err error) {
 	if len(problems) == 0 {
 		r.log.Error("policy set rejected", "rev", uint64(rev), "err", err)
 	}
+	r.mu.Lock()
+	r.status.Rejected, r.status.RejectedAt, r.status.Err = rev, time.Now(), err
+	r.status.Rejections++
+	r.mu.Unlock()
 }
