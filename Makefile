@@ -17,7 +17,7 @@ run:
 	go build -o bin/allot-node ./cmd/node
 	exec bin/allot-node --store examples/policies.yaml
 
-# The 3-region sandbox on this machine (internal/sandbox/): real redis-servers,
+# The 3-region sandbox on this machine (internal/tools/sandbox/): real redis-servers,
 # embedded NATS supercluster, coordinators and nodes. Ctrl-C stops it all.
 sandbox:
 	go build -o bin/allot-sandbox ./cmd/allot-sandbox
@@ -25,7 +25,7 @@ sandbox:
 
 # The chaos suite against the sandbox (docs/chaos.md), a few minutes.
 chaos:
-	go test -tags chaos -count=1 -timeout 20m -v -run Chaos ./internal/chaos/
+	go test -tags chaos -count=1 -timeout 20m -v -run Chaos ./internal/tools/chaos/
 
 # Installs redis-server when missing (as root, with apt-get), then runs every
 # test with the race detector. Redis-backed tests fail instead of skipping.

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/allot-dev/allot/client"
-	"github.com/allot-dev/allot/internal/certtest"
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/testenv/certtest"
 	"github.com/allot-dev/allot/internal/tlsconfig"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )

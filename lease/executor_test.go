@@ -13,7 +13,7 @@ import (
 // refill is sent only when the executor runs it, a Take with no tokens
 // and an expired ctx returns at once (nothing else can end its wait), and
 // after the run the key decides from memory. This is what lets
-// internal/sim drive the real manager on virtual time.
+// internal/tools/sim drive the real manager on virtual time.
 func TestExecutorRunsRefills(t *testing.T) {
 	c := NewManualClock()
 	f := newFake(c)

@@ -127,7 +127,7 @@ type Options struct {
 	// Executor, when set, runs refill rounds instead of the Workers
 	// goroutines: the manager hands it each shard's flush as run, which it
 	// must call exactly once, later (never from inside Executor: the shard
-	// lock is held). A deterministic simulation (internal/sim) queues run
+	// lock is held). A deterministic simulation (internal/tools/sim) queues run
 	// on its virtual-time event queue, so no goroutine scheduling decides
 	// when a refill is sent. Close and Abort must not be called while a run
 	// is in progress; a run called after them does nothing.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/algorithm"
-	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/region"
 )
 

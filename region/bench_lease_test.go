@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/region"
 )

@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/allot-dev/allot/internal/faultproxy"
-	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/testenv/faultproxy"
+	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/region"
 )

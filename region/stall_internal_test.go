@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/algorithm"
-	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/testenv/redistest"
 )
 
 var testGroup = []algorithm.Group{{{Key: "rl:{stall}:x", Spec: algorithm.Spec{Algorithm: algorithm.TokenBucket, Limit: 1_000_000_000, Period: time.Hour}, Cost: 1}}}

@@ -42,7 +42,7 @@ fi
 export ALLOT_REQUIRE_REDIS=1
 
 # PostgreSQL for the policy-store tests (each test creates and drops its own
-# database; see internal/pgtest). Use ALLOT_TEST_POSTGRES or a server at
+# database; see internal/testenv/pgtest). Use ALLOT_TEST_POSTGRES or a server at
 # 127.0.0.1:5432 (user postgres, trust auth) when one answers; else, as
 # root, install PostgreSQL, start its cluster and give user postgres a
 # password for TCP logins. ALLOT_REQUIRE_POSTGRES=1 (tests fail rather than
@@ -85,4 +85,4 @@ go test $race -count=1 -timeout 10m ./...
 (cd deploy/check && go vet ./... && go test $race -count=1 -timeout 15m ./...)
 # The chaos suite against the 3-region sandbox (about 1.5 min): a system
 # test, run without -race so its latency figures mean something.
-go test -tags chaos -count=1 -timeout 10m ./internal/chaos/
+go test -tags chaos -count=1 -timeout 10m ./internal/tools/chaos/

@@ -41,7 +41,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/allot-dev/allot/internal/loadgen"
+	"github.com/allot-dev/allot/internal/tools/loadgen"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
 

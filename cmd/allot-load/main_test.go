@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/allot-dev/allot/internal/loadgen"
+	"github.com/allot-dev/allot/internal/tools/loadgen"
 )
 
 func TestRunWritesReportCSVAndPNG(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allot-dev/allot/internal/loadgen/sweep"
+	"github.com/allot-dev/allot/internal/tools/loadgen/sweep"
 )
 
 // runRatio is `allot-load ratio`: a node's single-check rate against the

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allot-dev/allot/internal/loadgen/sweep"
+	"github.com/allot-dev/allot/internal/tools/loadgen/sweep"
 )
 
 // runSweep is `allot-load sweep`: the load sweep of docs/benchmarks.md

@@ -19,7 +19,7 @@ import (
 	"syscall"
 
 	"github.com/allot-dev/allot/cmd/internal/cli"
-	"github.com/allot-dev/allot/internal/sandbox"
+	"github.com/allot-dev/allot/internal/tools/sandbox"
 )
 
 func main() {

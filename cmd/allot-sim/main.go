@@ -1,5 +1,5 @@
 // Command allot-sim runs a whole Allot fleet on virtual time (package
-// internal/sim): the real lease managers and coordinator machines, with
+// internal/tools/sim): the real lease managers and coordinator machines, with
 // Redis, NATS and their latencies simulated. The same flags and seed
 // print the same bytes. See README ("Simulating a fleet").
 package main
@@ -11,7 +11,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 
-	"github.com/allot-dev/allot/internal/sim"
+	"github.com/allot-dev/allot/internal/tools/sim"
 )
 
 func main() {

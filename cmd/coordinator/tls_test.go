@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/internal/admin"
-	"github.com/allot-dev/allot/internal/certtest"
-	"github.com/allot-dev/allot/internal/natstest"
+	"github.com/allot-dev/allot/internal/testenv/certtest"
+	"github.com/allot-dev/allot/internal/testenv/natstest"
 	"github.com/allot-dev/allot/internal/tlsconfig"
 )
 

@@ -17,8 +17,8 @@ import (
 	bkey "github.com/allot-dev/allot/internal/bucket"
 	"github.com/allot-dev/allot/internal/coord"
 	"github.com/allot-dev/allot/internal/coord/demand"
-	"github.com/allot-dev/allot/internal/natstest"
-	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/testenv/natstest"
+	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/region"
 )

@@ -13,8 +13,8 @@ import (
 	"github.com/allot-dev/allot/internal/coord"
 	"github.com/allot-dev/allot/internal/coord/demand"
 	"github.com/allot-dev/allot/internal/decide"
-	"github.com/allot-dev/allot/internal/natstest"
-	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/testenv/natstest"
+	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/policy"
 	"github.com/allot-dev/allot/region"
 )

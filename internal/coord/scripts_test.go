@@ -9,7 +9,7 @@ import (
 
 	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/internal/coord"
-	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/rebalance"
 	"github.com/allot-dev/allot/region"
 )

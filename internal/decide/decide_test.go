@@ -13,8 +13,8 @@ import (
 
 	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/internal/decide"
-	"github.com/allot-dev/allot/internal/fakeclock"
 	"github.com/allot-dev/allot/internal/memstore"
+	"github.com/allot-dev/allot/internal/testenv/fakeclock"
 	"github.com/allot-dev/allot/policy"
 )
 

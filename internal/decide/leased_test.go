@@ -11,7 +11,7 @@ import (
 
 	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/internal/decide"
-	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/policy"
 	"github.com/allot-dev/allot/region"

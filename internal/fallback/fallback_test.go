@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/algorithm"
-	"github.com/allot-dev/allot/internal/fakeclock"
 	"github.com/allot-dev/allot/internal/fallback"
+	"github.com/allot-dev/allot/internal/testenv/fakeclock"
 )
 
 // size is a Sizer tests can change.

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/algorithm"
-	"github.com/allot-dev/allot/internal/fakeclock"
+	"github.com/allot-dev/allot/internal/testenv/fakeclock"
 )
 
 func at(a algorithm.Algorithm, limit int64, period time.Duration) algorithm.Spec {

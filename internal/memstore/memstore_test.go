@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/algorithm"
-	"github.com/allot-dev/allot/internal/fakeclock"
+	"github.com/allot-dev/allot/internal/testenv/fakeclock"
 )
 
 var spec = algorithm.Spec{Algorithm: algorithm.TokenBucket, Limit: 100, Period: time.Second, Burst: 50}

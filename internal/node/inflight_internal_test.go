@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
-	"github.com/allot-dev/allot/internal/fakeclock"
+	"github.com/allot-dev/allot/internal/testenv/fakeclock"
 )
 
 func newClock() *fakeclock.Clock      { return fakeclock.New(time.Unix(1e9, 0)) }

@@ -15,10 +15,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/allot-dev/allot/internal/loadgen"
 	"github.com/allot-dev/allot/internal/node"
-	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/internal/server"
+	"github.com/allot-dev/allot/internal/testenv/redistest"
+	"github.com/allot-dev/allot/internal/tools/loadgen"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
 

@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/allot-dev/allot/internal/coord/demand"
-	"github.com/allot-dev/allot/internal/natstest"
 	"github.com/allot-dev/allot/internal/node"
-	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/testenv/natstest"
+	"github.com/allot-dev/allot/internal/testenv/redistest"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
 

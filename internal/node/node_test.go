@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/allot-dev/allot/internal/node"
-	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/testenv/redistest"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
 

@@ -18,10 +18,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/allot-dev/allot/internal/admin"
-	"github.com/allot-dev/allot/internal/natstest"
 	"github.com/allot-dev/allot/internal/node"
-	"github.com/allot-dev/allot/internal/pgtest"
 	"github.com/allot-dev/allot/internal/policystore"
+	"github.com/allot-dev/allot/internal/testenv/natstest"
+	"github.com/allot-dev/allot/internal/testenv/pgtest"
 	"github.com/allot-dev/allot/policy"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )

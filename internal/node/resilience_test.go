@@ -14,9 +14,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/allot-dev/allot/internal/decide"
-	"github.com/allot-dev/allot/internal/faultproxy"
 	"github.com/allot-dev/allot/internal/node"
-	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/testenv/faultproxy"
+	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/policy"
 	"github.com/allot-dev/allot/region"
 )

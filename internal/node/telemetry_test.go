@@ -25,8 +25,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/allot-dev/allot/internal/node"
-	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/internal/telemetry"
+	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/lease"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )

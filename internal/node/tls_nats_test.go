@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/allot-dev/allot/internal/natstest"
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/testenv/natstest"
 )
 
 // TestNATSTLSAndUserPassword loads the policies from a NATS server that

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/internal/node"
-	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/internal/server"
+	"github.com/allot-dev/allot/internal/testenv/redistest"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 	"github.com/allot-dev/allot/region"
 )

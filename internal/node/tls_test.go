@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 
-	"github.com/allot-dev/allot/internal/certtest"
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/testenv/certtest"
 	"github.com/allot-dev/allot/internal/tlsconfig"
 	"github.com/allot-dev/allot/middleware"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"

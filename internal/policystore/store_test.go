@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/allot-dev/allot/internal/natstest"
-	"github.com/allot-dev/allot/internal/pgtest"
 	"github.com/allot-dev/allot/internal/policystore"
+	"github.com/allot-dev/allot/internal/testenv/natstest"
+	"github.com/allot-dev/allot/internal/testenv/pgtest"
 	"github.com/allot-dev/allot/policy"
 )
 

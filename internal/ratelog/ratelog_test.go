@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/allot-dev/allot/internal/fakeclock"
 	"github.com/allot-dev/allot/internal/ratelog"
+	"github.com/allot-dev/allot/internal/testenv/fakeclock"
 )
 
 func TestOneLinePerIntervalWithTheSuppressedCount(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/allot-dev/allot/internal/certtest"
+	"github.com/allot-dev/allot/internal/testenv/certtest"
 	"github.com/allot-dev/allot/internal/tlsconfig"
 )
 

@@ -15,9 +15,9 @@ import (
 
 	"github.com/allot-dev/allot/cmd/internal/cli"
 	"github.com/allot-dev/allot/cmd/internal/transportflags"
-	"github.com/allot-dev/allot/internal/certtest"
-	"github.com/allot-dev/allot/internal/natstest"
-	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/testenv/certtest"
+	"github.com/allot-dev/allot/internal/testenv/natstest"
+	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/region"
 )
 

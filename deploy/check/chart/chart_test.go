@@ -31,8 +31,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/allot-dev/allot/deploy/check/internal/tool"
-	"github.com/allot-dev/allot/internal/natstest"
-	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/testenv/natstest"
+	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/policy"
 )
 

@@ -27,8 +27,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/allot-dev/allot/deploy/check/internal/tool"
-	"github.com/allot-dev/allot/internal/natstest"
-	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/testenv/natstest"
+	"github.com/allot-dev/allot/internal/testenv/redistest"
 )
 
 var dir = tool.Path("deploy", "observability")

@@ -33,8 +33,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/allot-dev/allot/deploy/check/internal/tool"
-	"github.com/allot-dev/allot/internal/natstest"
-	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/testenv/natstest"
+	"github.com/allot-dev/allot/internal/testenv/redistest"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
 
