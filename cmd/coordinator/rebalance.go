@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/internal/coord"
-	"github.com/allot-dev/allot/internal/coordinator"
 	"github.com/allot-dev/allot/internal/policystore"
 )
 
@@ -42,7 +41,7 @@ func addRebalanceFlags(fs *flag.FlagSet) *rebalanceFlags {
 	}
 }
 
-// start runs the region's coordinator (package coordinator) next to the
+// start runs the region's coordinator (coord.StartProcess) next to the
 // admin API, with the global limits and knobs of the policy store (its
 // rebalance: block over coord.DefaultKnobs). The
 // returned wait blocks until it stopped (ctx done) and releases its
@@ -58,7 +57,7 @@ func (f *rebalanceFlags) start(ctx context.Context, st policystore.Store, log *s
 	if *f.lockTTL < 300*time.Millisecond {
 		return nil, fmt.Errorf("--lock-ttl %v: want at least 300ms (it is renewed every third of it)", *f.lockTTL)
 	}
-	c, err := coordinator.Start(ctx, coordinator.Config{
+	c, err := coord.StartProcess(ctx, coord.ProcessConfig{
 		Region: *f.region, Regions: regions,
 		NATSURL: *f.natsURL, NATSOptions: f.transport.nats,
 		RedisAddrs: f.transport.redisAddrs, RedisOptions: f.transport.redis,

@@ -1,4 +1,4 @@
-package coordinator
+package coord
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/allot-dev/allot/internal/coord"
 	"github.com/allot-dev/allot/internal/coord/demand"
 	"github.com/allot-dev/allot/internal/policystore"
 	"github.com/allot-dev/allot/policy"
@@ -20,23 +19,23 @@ import (
 // noWrites is a ShareWriter for a coordinator that is never run.
 type noWrites struct{}
 
-func (noWrites) WriteShares(context.Context, []coord.ShareUpdate) error { return nil }
-func (noWrites) ReadShares(context.Context, []string, coord.Limits) (map[string]rebalance.Share, error) {
+func (noWrites) WriteShares(context.Context, []ShareUpdate) error { return nil }
+func (noWrites) ReadShares(context.Context, []string, Limits) (map[string]rebalance.Share, error) {
 	return nil, nil
 }
 
-// followStore wires a coordinator to st as Start does and watches until
+// followStore wires a coordinator to st as StartProcess does and watches until
 // the test ends. The coordinator is not run: SetKnobs and Knobs do not
 // need it, and its epochs would only add timing to the test.
-func followStore(t *testing.T, st policystore.Store, flags coord.Knobs) *coord.Coordinator {
+func followStore(t *testing.T, st policystore.Store, flags Knobs) *Coordinator {
 	t.Helper()
-	c, err := coord.New(coord.Config{
-		Region: "eu", Regions: []string{"eu", "us"}, Transport: coord.NewHub().Join("eu"),
+	c, err := New(Config{
+		Region: "eu", Regions: []string{"eu", "us"}, Transport: NewHub().Join("eu"),
 		Demand: demand.DrainFunc(func(func(string, int64, int64)) {}), Writer: noWrites{},
-		Limits: coord.StaticLimits{}, Knobs: flags, Logger: slog.New(slog.DiscardHandler),
+		Limits: StaticLimits{}, Knobs: flags, Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)
-	fl := &Follower{Source: st.String(), Limits: coord.NewPolicyLimits(nil), Coord: c, Base: flags, Log: slog.New(slog.DiscardHandler)}
+	fl := &Follower{Source: st.String(), Limits: NewPolicyLimits(nil), Coord: c, Base: flags, Log: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- st.Watch(ctx, fl.Apply) }()
@@ -55,7 +54,7 @@ func TestCoordinatorFollowsTheSettingsDocument(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			st := open(t)
 			ctx := context.Background()
-			flags := coord.DefaultKnobs()
+			flags := DefaultKnobs()
 			c := followStore(t, st, flags)
 			require.Equal(t, flags, c.Knobs())
 
@@ -86,14 +85,14 @@ func TestCoordinatorFollowsTheSettingsDocument(t *testing.T) {
 // A store holding an invalid set (written by another tool: the admin API
 // would refuse it) changes neither the limits nor the knobs.
 func TestCoordinatorIgnoresAnInvalidSet(t *testing.T) {
-	flags := coord.DefaultKnobs()
-	c, err := coord.New(coord.Config{
-		Region: "eu", Regions: []string{"eu", "us"}, Transport: coord.NewHub().Join("eu"),
+	flags := DefaultKnobs()
+	c, err := New(Config{
+		Region: "eu", Regions: []string{"eu", "us"}, Transport: NewHub().Join("eu"),
 		Demand: demand.DrainFunc(func(func(string, int64, int64)) {}), Writer: noWrites{},
-		Limits: coord.StaticLimits{}, Knobs: flags, Logger: slog.New(slog.DiscardHandler),
+		Limits: StaticLimits{}, Knobs: flags, Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)
-	limits := coord.NewPolicyLimits(nil)
+	limits := NewPolicyLimits(nil)
 	fl := &Follower{Source: "test", Limits: limits, Coord: c, Base: flags, Log: slog.New(slog.DiscardHandler)}
 	global := policy.Policy{ID: "g", Scope: policy.ScopeGlobal, Per: []policy.Field{policy.FieldTenant},
 		Limits: []policy.Limit{{Name: "l", Algorithm: "token_bucket", Limit: 10, Period: policy.Duration(time.Second)}}}

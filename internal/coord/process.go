@@ -1,10 +1,11 @@
-// Package coordinator assembles a region's multi-region coordinator the
-// way package node assembles a node: the region's Redis (share writer,
-// quota store, active/standby lock), its NATS (the transport between
-// regions and the nodes' demand), and the policy store, whose global
-// limits and `rebalance:` knobs the coordinator follows. cmd/coordinator
-// and the sandbox both run it.
-package coordinator
+package coord
+
+// This file assembles a region's coordinator process the way package node
+// assembles a node: the region's Redis (share writer, quota store,
+// active/standby lock), its NATS (the transport between regions and the
+// nodes' demand), and the policy store, whose global limits and
+// `rebalance:` knobs the coordinator follows. cmd/coordinator and the
+// sandbox both run it.
 
 import (
 	"context"
@@ -20,15 +21,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/allot-dev/allot/internal/coord"
 	"github.com/allot-dev/allot/internal/coord/demand"
 	"github.com/allot-dev/allot/internal/policystore"
 	"github.com/allot-dev/allot/policy"
 	"github.com/allot-dev/allot/region"
 )
 
-// Config wires a Coordinator.
-type Config struct {
+// ProcessConfig wires a Process.
+type ProcessConfig struct {
 	Region  string
 	Regions []string // every region, Region included (at least two)
 	// NATSURL is this region's NATS cluster (gateways join the regions).
@@ -40,10 +40,10 @@ type Config struct {
 	// Store is the policy store the limits and knobs follow. Required;
 	// the caller closes it after Stop.
 	Store policystore.Store
-	// Knobs are the base knobs (allot-coordinator: coord.DefaultKnobs);
+	// Knobs are the base knobs (allot-coordinator: DefaultKnobs);
 	// the settings document's `rebalance:` block overrides them at
 	// runtime.
-	Knobs coord.Knobs
+	Knobs Knobs
 	// LockTTL is the active/standby lock's TTL (renewed every third of
 	// it); a standby takes over within it. Zero means 5 s.
 	LockTTL time.Duration
@@ -51,16 +51,16 @@ type Config struct {
 	// host-pid-random.
 	ID      string
 	Logger  *slog.Logger
-	Observe func(context.Context, coord.Round)
+	Observe func(context.Context, Round)
 }
 
 // LockKey is the Redis key of region's active/standby lock.
 func LockKey(region string) string { return "allot:coordinator:{" + region + "}" }
 
-// Coordinator is a running region coordinator.
-type Coordinator struct {
+// Process is a running region coordinator: the Coordinator and its links.
+type Process struct {
 	id     string
-	co     *coord.Coordinator
+	co     *Coordinator
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	closer []func()
@@ -69,11 +69,11 @@ type Coordinator struct {
 }
 
 // crashLock is the region lock with a crash switch: a crashed coordinator
-// does not release its lock on the way out (coord.Run does on a clean
+// does not release its lock on the way out (Run does on a clean
 // stop), so the standby takes over only when the TTL runs out, as after a
 // killed process.
 type crashLock struct {
-	coord.Locker
+	Locker
 	crashed atomic.Bool
 }
 
@@ -84,9 +84,9 @@ func (l *crashLock) Release(ctx context.Context) error {
 	return l.Locker.Release(ctx)
 }
 
-// Start connects to the region's Redis and NATS and runs the coordinator
+// StartProcess connects to the region's Redis and NATS and runs the coordinator
 // until ctx ends or Stop.
-func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
+func StartProcess(ctx context.Context, cfg ProcessConfig) (_ *Process, err error) {
 	if cfg.Region == "" || cfg.NATSURL == "" || len(cfg.RedisAddrs) == 0 || len(cfg.Regions) < 2 || cfg.Store == nil {
 		return nil, errors.New("coordinator: needs a region, NATS, Redis, a policy store and at least two regions")
 	}
@@ -106,7 +106,7 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	c := &Coordinator{id: cfg.ID}
+	c := &Process{id: cfg.ID}
 	defer func() {
 		if err != nil {
 			c.closeAll()
@@ -125,7 +125,7 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 		return nil, fmt.Errorf("coordinator %s: nats %s: %w", cfg.ID, cfg.NATSURL, err)
 	}
 	c.closer = append(c.closer, nc.Close)
-	tr, err := coord.NewNATSTransport(nc, cfg.Region, log)
+	tr, err := NewNATSTransport(nc, cfg.Region, log)
 	if err != nil {
 		return nil, fmt.Errorf("coordinator %s: %w", cfg.ID, err)
 	}
@@ -135,12 +135,12 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 		return nil, fmt.Errorf("coordinator %s: %w", cfg.ID, err)
 	}
 	c.closer = append(c.closer, func() { dem.Close() })
-	limits := coord.NewPolicyLimits(nil)
+	limits := NewPolicyLimits(nil)
 	knobs := initialKnobs(ctx, cfg.Store, cfg.Knobs, log)
-	c.lock = &crashLock{Locker: &coord.RedisLock{Client: rs.Client(), Key: LockKey(cfg.Region), ID: cfg.ID, TTL: cfg.LockTTL}}
-	co, err := coord.New(coord.Config{
+	c.lock = &crashLock{Locker: &RedisLock{Client: rs.Client(), Key: LockKey(cfg.Region), ID: cfg.ID, TTL: cfg.LockTTL}}
+	co, err := New(Config{
 		Region: cfg.Region, Regions: cfg.Regions, Transport: tr, Demand: dem,
-		Writer: coord.RedisWriter{Client: rs.Client()}, Limits: limits, Lock: c.lock,
+		Writer: RedisWriter{Client: rs.Client()}, Limits: limits, Lock: c.lock,
 		// Renewed three times per TTL, whatever the interval.
 		LockRenew: cfg.LockTTL / 3,
 		Knobs:     knobs, Logger: log, Observe: cfg.Observe,
@@ -172,7 +172,7 @@ func Start(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 // one after the first snapshot (an epoch of base's 10 s). A store that
 // cannot be read, or a block that clashes with base, leaves base; the
 // Follower applies the document once it arrives.
-func initialKnobs(ctx context.Context, st policystore.Store, base coord.Knobs, log *slog.Logger) coord.Knobs {
+func initialKnobs(ctx context.Context, st policystore.Store, base Knobs, log *slog.Logger) Knobs {
 	s, err := st.Settings(ctx)
 	if err != nil {
 		log.Warn("multi-region: settings document not read at start; knobs follow it once the store answers", "err", err)
@@ -187,33 +187,33 @@ func initialKnobs(ctx context.Context, st policystore.Store, base coord.Knobs, l
 }
 
 // ID is the name of this process in the region's lock.
-func (c *Coordinator) ID() string { return c.id }
+func (c *Process) ID() string { return c.id }
 
 // Coord is the running coordinator (its knobs and stats).
-func (c *Coordinator) Coord() *coord.Coordinator { return c.co }
+func (c *Process) Coord() *Coordinator { return c.co }
 
 // Wait blocks until the coordinator stopped (its ctx ended, or Stop), then
 // closes its connections.
-func (c *Coordinator) Wait() {
+func (c *Process) Wait() {
 	c.wg.Wait()
 	c.closeAll()
 }
 
 // Stop ends the coordinator, releasing the region's lock if it holds it,
 // and waits for it.
-func (c *Coordinator) Stop() {
+func (c *Process) Stop() {
 	c.cancel()
 	c.Wait()
 }
 
 // Crash ends the coordinator without releasing its lock: the standby
 // takes over only when the lock's TTL runs out.
-func (c *Coordinator) Crash() {
+func (c *Process) Crash() {
 	c.lock.crashed.Store(true)
 	c.Stop()
 }
 
-func (c *Coordinator) closeAll() {
+func (c *Process) closeAll() {
 	c.once.Do(func() {
 		for i := len(c.closer) - 1; i >= 0; i-- {
 			c.closer[i]()
@@ -226,9 +226,9 @@ func (c *Coordinator) closeAll() {
 // document's `rebalance:` block), so operators retune without a restart.
 type Follower struct {
 	Source string // the store, for validation errors
-	Limits *coord.PolicyLimits
-	Coord  *coord.Coordinator
-	Base   coord.Knobs
+	Limits *PolicyLimits
+	Coord  *Coordinator
+	Base   Knobs
 	Log    *slog.Logger
 }
 

@@ -1,4 +1,4 @@
-package coordinator
+package coord
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/allot-dev/allot/internal/coord"
 	"github.com/allot-dev/allot/internal/policystore"
 	"github.com/allot-dev/allot/internal/testenv/natstest"
 	"github.com/allot-dev/allot/internal/testenv/redistest"
@@ -23,10 +22,10 @@ import (
 func TestStartLoadsNoDecisionScripts(t *testing.T) {
 	srv := redistest.Server(t)
 	ctx := context.Background()
-	c, err := Start(ctx, Config{
+	c, err := StartProcess(ctx, ProcessConfig{
 		Region: "eu", Regions: []string{"eu", "us"}, NATSURL: natstest.Server(t),
 		RedisAddrs: []string{srv.Addr}, Store: policystore.NewMemory(),
-		Knobs: coord.DefaultKnobs(), Logger: slog.New(slog.DiscardHandler),
+		Knobs: DefaultKnobs(), Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)
 	t.Cleanup(c.Stop)
@@ -44,7 +43,7 @@ func TestInitialKnobsFromTheSettingsDocument(t *testing.T) {
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
 	st := policystore.NewMemory()
-	base := coord.DefaultKnobs()
+	base := DefaultKnobs()
 	assert.Equal(t, base, initialKnobs(ctx, st, base, log), "no document: the defaults")
 
 	_, err := st.PutSettings(ctx, policystore.Settings{Rebalance: &policy.RebalanceKnobs{

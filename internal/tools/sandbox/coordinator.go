@@ -11,14 +11,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/allot-dev/allot/internal/coord"
-	coordpkg "github.com/allot-dev/allot/internal/coordinator"
 	"github.com/allot-dev/allot/internal/policystore"
 )
 
-// coordinator is one region coordinator run in process by package
-// coordinator, as cmd/coordinator runs it, with its own policy store.
+// coordinator is one region coordinator run in process by
+// coord.StartProcess, as cmd/coordinator runs it, with its own policy store.
 type coordinator struct {
-	*coordpkg.Coordinator
+	*coord.Process
 	store policystore.Store
 }
 
@@ -27,7 +26,7 @@ func startCoordinator(ctx context.Context, id, regionName string, regions, redis
 	if err != nil {
 		return nil, fmt.Errorf("coordinator %s: %w", id, err)
 	}
-	c, err := coordpkg.Start(context.WithoutCancel(ctx), coordpkg.Config{
+	c, err := coord.StartProcess(context.WithoutCancel(ctx), coord.ProcessConfig{
 		Region: regionName, Regions: regions, NATSURL: natsURL,
 		NATSOptions: []nats.Option{nats.ReconnectWait(100 * time.Millisecond)},
 		RedisAddrs:  redisAddrs, Store: st, Knobs: knobs, LockTTL: lockTTL, ID: id, Logger: log,
@@ -36,7 +35,7 @@ func startCoordinator(ctx context.Context, id, regionName string, regions, redis
 		st.Close()
 		return nil, err
 	}
-	return &coordinator{Coordinator: c, store: st}, nil
+	return &coordinator{Process: c, store: st}, nil
 }
 
 // stop ends the coordinator and closes its store. crash skips the lock's
@@ -55,7 +54,7 @@ func (c *coordinator) stop(crash bool) {
 func (r *Region) ActiveCoordinator(ctx context.Context) (int, error) {
 	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: r.RedisAddrs})
 	defer c.Close()
-	id, err := c.Get(ctx, coordpkg.LockKey(r.Name)).Result()
+	id, err := c.Get(ctx, coord.LockKey(r.Name)).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return -1, fmt.Errorf("sandbox: %s coordinator lock: %w", r.Name, err)
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	coordpkg "github.com/allot-dev/allot/internal/coordinator"
+	"github.com/allot-dev/allot/internal/coord"
 )
 
 // WriteTable prints where everything listens and commands to try it.
@@ -27,7 +27,7 @@ func (sb *Sandbox) WriteTable(w io.Writer) error {
 		}
 		for _, c := range r.coords {
 			if c != nil {
-				fmt.Fprintf(tw, "%s\tcoordinator\t%s (lock %s)\n", r.Name, c.ID(), coordpkg.LockKey(r.Name))
+				fmt.Fprintf(tw, "%s\tcoordinator\t%s (lock %s)\n", r.Name, c.ID(), coord.LockKey(r.Name))
 			}
 		}
 		r.mu.Unlock()
