@@ -135,7 +135,7 @@ func benchMemoryPerKey(b *testing.B, leased bool) {
 		runtime.ReadMemStats(&before)
 		for _, s := range subjects {
 			h := mapBytes(m, s) ^ lim.mix
-			sh := &m.shards[h>>(64-shardBits)]
+			sh := &m.stripes[h>>(64-stripeBits)]
 			sh.mu.Lock()
 			e := sh.insert(h, lim, s, m.coldKeys)
 			if leased {

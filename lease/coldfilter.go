@@ -62,7 +62,7 @@ type coldFilter struct {
 
 // coldBucket is the first cell of hash h's bucket, from the high bits of
 // the low half of the hash, which an entry keeps (entry.hash). The key
-// table's slot comes from the low bits, its shard from the high half.
+// table's slot comes from the low bits, its stripe from the high half.
 func coldBucket(h uint32) uint32 { return h >> (32 - coldBucketBits) * coldWays }
 
 // coldPrint is hash h's fingerprint, from bits the bucket does not use.

@@ -173,8 +173,8 @@ func TestColdFilterStaysBalanced(t *testing.T) {
 	waitIdle(t, m)
 
 	leased := 0
-	for i := range m.shards {
-		tb := m.shards[i].table.Load()
+	for i := range m.stripes {
+		tb := m.stripes[i].table.Load()
 		for j := range tb.slots {
 			if e := tb.slots[j].Load(); e != nil && e.held.Load() != nil {
 				leased++

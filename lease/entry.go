@@ -22,7 +22,7 @@ type entry struct {
 	seen  atomic.Int64
 	flags atomic.Uint32
 	// hash is the low half of the key's hash: the table's probe filter
-	// and slot (a shard's table never reaches 2^32 slots).
+	// and slot (a stripe's table never reaches 2^32 slots).
 	hash uint32
 }
 
@@ -55,7 +55,7 @@ type held struct {
 }
 
 // holdLocked returns e's held, making it and counting it in the cold
-// filter f (if any). The caller holds the shard lock (so two are never
+// filter f (if any). The caller holds the stripe lock (so two are never
 // made).
 func (e *entry) holdLocked(lim *Limit, f *coldFilter) *held {
 	if h := e.held.Load(); h != nil {
@@ -74,7 +74,7 @@ func (e *entry) holdLocked(lim *Limit, f *coldFilter) *held {
 
 // flags bits.
 const (
-	flagPending  = 1 << iota // queued for the next refill of its shard
+	flagPending  = 1 << iota // queued for the next refill of its stripe
 	flagFlushing             // in a refill call now
 	flagDead                 // evicted: look the key up again
 )

@@ -60,10 +60,10 @@ func TestFixedHashIsStable(t *testing.T) {
 		assert.Equal(t, a.hash([]byte(s)), b.hash([]byte(s)), s)
 	}
 	assert.NotEqual(t, a.hash([]byte("a")), a.hash([]byte("b")))
-	// The shard comes from the top bits: 256 subjects must not all share one.
-	shards := map[uint64]bool{}
+	// The stripe comes from the top bits: 256 subjects must not all share one.
+	stripes := map[uint64]bool{}
 	for i := range 256 {
-		shards[a.hash([]byte{byte(i)})>>(64-shardBits)] = true
+		stripes[a.hash([]byte{byte(i)})>>(64-stripeBits)] = true
 	}
-	assert.Greater(t, len(shards), 100)
+	assert.Greater(t, len(stripes), 100)
 }

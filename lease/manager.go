@@ -5,7 +5,7 @@
 // A decision (Take) is a lock-free hash-table lookup and a CAS on the
 // key's token count: no lock, no allocation, no syscall, no Redis. When
 // the tokens on hand fall to the low watermark, one asynchronous refill
-// per key is queued; the refills of a shard are sent as one pipeline.
+// per key is queued; the refills of a stripe are sent as one pipeline.
 // Only a request that finds no tokens at all waits, for the refill it
 // joins. A key whose region bucket is left without a useful grant is
 // paced: once its tokens on hand are spent it is denied locally, and not
@@ -125,18 +125,18 @@ type Options struct {
 	// large cold key set costs no entries.
 	ColdExact bool
 	// Executor, when set, runs refill rounds instead of the Workers
-	// goroutines: the manager hands it each shard's flush as run, which it
-	// must call exactly once, later (never from inside Executor: the shard
+	// goroutines: the manager hands it each stripe's flush as run, which it
+	// must call exactly once, later (never from inside Executor: the stripe
 	// lock is held). A deterministic simulation (internal/tools/sim) queues run
 	// on its virtual-time event queue, so no goroutine scheduling decides
 	// when a refill is sent. Close and Abort must not be called while a run
 	// is in progress; a run called after them does nothing.
 	Executor func(run func())
 	// FixedHash hashes subjects with a fixed function instead of a
-	// per-process random seed, so which keys share a shard (and so a
+	// per-process random seed, so which keys share a stripe (and so a
 	// refill round) is the same in every run: a simulation's outcome must
 	// not depend on it. Not for serving: a known hash lets a client pick
-	// subjects that crowd one shard.
+	// subjects that crowd one stripe.
 	FixedHash bool
 	Logger    *slog.Logger
 }
@@ -156,7 +156,7 @@ type Manager struct {
 	// key is sent to the exact path without being looked up (nil without
 	// Options.ColdExact).
 	coldKeys *coldFilter
-	shards   [nShards]shard
+	stripes  [nStripes]stripe
 	ready    chan int
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -218,7 +218,7 @@ func New(opts Options) (*Manager, error) {
 		opts:     opts,
 		log:      opts.Logger,
 		seed:     maphash.MakeSeed(),
-		ready:    make(chan int, nShards),
+		ready:    make(chan int, nStripes),
 		stop:     make(chan struct{}),
 	}
 	if m.log == nil {
@@ -231,9 +231,9 @@ func New(opts Options) (*Manager, error) {
 	if opts.ColdExact {
 		m.coldKeys = new(coldFilter)
 	}
-	for i := range m.shards {
-		m.shards[i].table.Store(newTable(8))
-		m.shards[i].idx = i
+	for i := range m.stripes {
+		m.stripes[i].table.Store(newTable(8))
+		m.stripes[i].idx = i
 	}
 	for i := 0; i < opts.Workers && opts.Executor == nil; i++ {
 		m.wg.Add(1)
@@ -284,7 +284,7 @@ func (m *Manager) NewLimit(key func(subject string) string, spec algorithm.Spec,
 
 // hash is a subject's (or a limit id's) hash: maphash with the manager's
 // seed, or with Options.FixedHash an FNV-1a finished by a 64-bit mixer
-// (the shard is taken from the top bits, which FNV alone spreads badly).
+// (the stripe is taken from the top bits, which FNV alone spreads badly).
 func (m *Manager) hash(b []byte) uint64 {
 	if m.opts.FixedHash {
 		return fixedHash(b)
@@ -376,7 +376,7 @@ func (m *Manager) TakeTo(ctx context.Context, lim *Limit, subject []byte, cost i
 				warm = true
 			}
 		}
-		sh := &m.shards[h>>(64-shardBits)]
+		sh := &m.stripes[h>>(64-stripeBits)]
 		if e := sh.table.Load().find(h, lim, subject); e != nil {
 			if hd := e.held.Load(); hd != nil {
 				now := m.clock.Now()
@@ -397,7 +397,7 @@ func (m *Manager) TakeTo(ctx context.Context, lim *Limit, subject []byte, cost i
 // and queues a refill when rest fell to the watermark. A paced key
 // (denyTil ahead) spends what it holds and then is denied: its refill
 // waits for the pace to end.
-func (m *Manager) allowed(sh *shard, e *entry, hd *held, lim *Limit, now, cost, rest int64, t ticket, r *Result) {
+func (m *Manager) allowed(sh *stripe, e *entry, hd *held, lim *Limit, now, cost, rest int64, t ticket, r *Result) {
 	if rest <= int64(hd.wm.Load()) && e.flags.Load() == 0 && now >= hd.denyTil.Load() {
 		m.schedule(sh, e, 0)
 	}
@@ -418,10 +418,10 @@ func (m *Manager) allowed(sh *shard, e *entry, hd *held, lim *Limit, now, cost, 
 }
 
 // takeSlow is TakeTo off the straight path: e is the entry found (nil if
-// none), h and sh the key's hash and shard; warm says the cold filter
+// none), h and sh the key's hash and stripe; warm says the cold filter
 // has just judged the key warm (its Take reached ColdHits), so it leases
 // without the key table's own count.
-func (m *Manager) takeSlow(ctx context.Context, lim *Limit, subject []byte, cost int64, h uint64, sh *shard, e *entry, warm bool, r *Result) error {
+func (m *Manager) takeSlow(ctx context.Context, lim *Limit, subject []byte, cost int64, h uint64, sh *stripe, e *entry, warm bool, r *Result) error {
 	*r = Result{}
 	for attempt := 0; ; attempt++ {
 		if e == nil {
@@ -562,13 +562,13 @@ func (l *Limit) resetAfter(rem int64) time.Duration {
 
 // schedule queues a refill of e (need: the cost a caller waits for) and
 // returns the round that will serve it.
-func (m *Manager) schedule(sh *shard, e *entry, need int64) *round {
+func (m *Manager) schedule(sh *stripe, e *entry, need int64) *round {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	return m.scheduleLocked(sh, e, need)
 }
 
-func (m *Manager) scheduleLocked(sh *shard, e *entry, need int64) *round {
+func (m *Manager) scheduleLocked(sh *stripe, e *entry, need int64) *round {
 	f := e.flags.Load()
 	switch {
 	case f&flagDead != 0:
@@ -598,7 +598,7 @@ func (m *Manager) scheduleLocked(sh *shard, e *entry, need int64) *round {
 
 // await queues e for a refill that must bring need tokens and waits for
 // the round serving it. dead reports that e was evicted meanwhile.
-func (m *Manager) await(ctx context.Context, sh *shard, e *entry, need int64) (dead bool, err error) {
+func (m *Manager) await(ctx context.Context, sh *stripe, e *entry, need int64) (dead bool, err error) {
 	if m.closed.Load() {
 		return false, ErrClosed
 	}
@@ -627,7 +627,7 @@ func (m *Manager) await(ctx context.Context, sh *shard, e *entry, need int64) (d
 
 // dispatch hands sh's next flush to a worker, or to Options.Executor.
 // The caller holds sh.mu.
-func (m *Manager) dispatch(sh *shard) {
+func (m *Manager) dispatch(sh *stripe) {
 	if ex := m.opts.Executor; ex != nil {
 		ex(func() {
 			if !m.closed.Load() {
@@ -646,14 +646,14 @@ func (m *Manager) worker() {
 		case <-m.stop:
 			return
 		case i := <-m.ready:
-			m.flush(&m.shards[i])
+			m.flush(&m.stripes[i])
 		}
 	}
 }
 
 // flush sends one lease call for every pending entry of sh, in one
 // pipeline, and installs the grants.
-func (m *Manager) flush(sh *shard) {
+func (m *Manager) flush(sh *stripe) {
 	sh.mu.Lock()
 	batch := sh.pending
 	sh.pending, sh.spare = sh.spare[:0], nil
@@ -811,8 +811,8 @@ func (m *Manager) sweeper(every time.Duration) {
 func (m *Manager) Sweep() {
 	now := m.clock.Now()
 	idle := int64(m.opts.IdleAfter)
-	for i := range m.shards {
-		sh := &m.shards[i]
+	for i := range m.stripes {
+		sh := &m.stripes[i]
 		sh.mu.Lock()
 		t := sh.table.Load()
 		evicted := 0
@@ -846,8 +846,8 @@ func (m *Manager) Sweep() {
 // since then, and resets those counts. The coordinator reads it to share
 // global limits between regions. fn must not call the manager.
 func (m *Manager) DrainDemand(fn func(key string, admitted, denied int64)) {
-	for i := range m.shards {
-		t := m.shards[i].table.Load()
+	for i := range m.stripes {
+		t := m.stripes[i].table.Load()
 		for j := range t.slots {
 			e := t.slots[j].Load()
 			if e == nil {
@@ -868,8 +868,8 @@ func (m *Manager) DrainDemand(fn func(key string, admitted, denied int64)) {
 // Stats returns the manager's counters.
 func (m *Manager) Stats() Stats {
 	n := 0
-	for i := range m.shards {
-		sh := &m.shards[i]
+	for i := range m.stripes {
+		sh := &m.stripes[i]
 		sh.mu.Lock()
 		n += sh.n
 		sh.mu.Unlock()
@@ -930,8 +930,8 @@ func (m *Manager) shutdown() (items []ReturnItem, first bool) {
 	}
 	m.wg.Wait()
 	now := m.clock.Now()
-	for i := range m.shards {
-		sh := &m.shards[i]
+	for i := range m.stripes {
+		sh := &m.stripes[i]
 		sh.mu.Lock()
 		for _, r := range []*round{sh.next, sh.flushing} {
 			if r != nil {

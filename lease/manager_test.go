@@ -46,8 +46,8 @@ func newLimit(t testing.TB, m *Manager, s algorithm.Spec, cfg Config, global boo
 func waitIdle(t testing.TB, m *Manager) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		for i := range m.shards {
-			sh := &m.shards[i]
+		for i := range m.stripes {
+			sh := &m.stripes[i]
 			sh.mu.Lock()
 			busy := sh.scheduled
 			sh.mu.Unlock()
@@ -214,10 +214,10 @@ func TestLeaseExpiryVoidsTokens(t *testing.T) {
 	_, err := m.Take(ctx, lim, subj, 1)
 	require.NoError(t, err)
 	waitIdle(t, m)
-	e := m.shards[0].table.Load() // find the entry the slow way
+	e := m.stripes[0].table.Load() // find the entry the slow way
 	_ = e
 	h := lim.mix ^ hashOf(m, subj)
-	ent := m.shards[h>>(64-shardBits)].table.Load().find(h, lim, subj)
+	ent := m.stripes[h>>(64-stripeBits)].table.Load().find(h, lim, subj)
 	require.NotNil(t, ent)
 	hd := ent.held.Load()
 	require.NotNil(t, hd)

@@ -5,16 +5,16 @@ import (
 	"sync/atomic"
 )
 
-// shardBits sets the shard count. Shards split the write side (inserts,
+// stripeBits sets the stripe count. Stripes split the write side (inserts,
 // evictions, refill queues); reads never lock.
 const (
-	shardBits = 8
-	nShards   = 1 << shardBits
+	stripeBits = 8
+	nStripes   = 1 << stripeBits
 )
 
 // table is an open-addressing hash table with linear probing, read without
 // locks: a reader loads the table pointer and probes slots with atomic
-// loads. Writers hold the shard's mutex; they only fill empty slots, and
+// loads. Writers hold the stripe's mutex; they only fill empty slots, and
 // grow or evict by building a new table and swapping the pointer. A reader
 // on an old table can miss a key or find an evicted one; both send it to
 // the locked slow path, which looks again.
@@ -55,7 +55,7 @@ func (e *entry) sameLimit(lim *Limit) bool {
 	return true
 }
 
-// put places e in an empty slot. The caller holds the shard lock and has
+// put places e in an empty slot. The caller holds the stripe lock and has
 // made room.
 func (t *table) put(e *entry) {
 	for i := uint64(e.hash) & t.mask; ; i = (i + 1) & t.mask {
@@ -66,8 +66,8 @@ func (t *table) put(e *entry) {
 	}
 }
 
-// shard is one part of the key space with its refill queue.
-type shard struct {
+// stripe is one part of the key space with its refill queue.
+type stripe struct {
 	table atomic.Pointer[table]
 
 	idx       int
@@ -78,7 +78,7 @@ type shard struct {
 	flushing  *round   // the round in a refill call now, if any
 	scheduled bool     // in Manager.ready or being flushed
 	spare     []refill // reused pending buffer
-	_         [40]byte // keep hot shards off each other's cache lines
+	_         [40]byte // keep hot stripes off each other's cache lines
 }
 
 // refill is one entry's place in a refill round; need is the largest
@@ -88,7 +88,7 @@ type refill struct {
 	need int64
 }
 
-// round is one refill call of a shard; waiters block on done.
+// round is one refill call of a stripe; waiters block on done.
 type round struct {
 	done chan struct{}
 	err  error
@@ -97,7 +97,7 @@ type round struct {
 // insert returns the live entry of (lim, subject), creating it; a
 // global-scope key's held is made at once and counted in the cold filter
 // f (if any). Called with sh.mu held.
-func (sh *shard) insert(h uint64, lim *Limit, subject []byte, f *coldFilter) *entry {
+func (sh *stripe) insert(h uint64, lim *Limit, subject []byte, f *coldFilter) *entry {
 	t := sh.table.Load()
 	if e := t.find(h, lim, subject); e != nil && e.flags.Load()&flagDead == 0 {
 		return e
@@ -118,7 +118,7 @@ func (sh *shard) insert(h uint64, lim *Limit, subject []byte, f *coldFilter) *en
 
 // rebuild copies the live entries for which keep is true (all if keep is
 // nil) into a new table of size slots and publishes it.
-func (sh *shard) rebuild(size int, keep func(*entry) bool) *table {
+func (sh *stripe) rebuild(size int, keep func(*entry) bool) *table {
 	old := sh.table.Load()
 	n := 0
 	for i := range old.slots {

@@ -16,22 +16,22 @@ import (
 	"github.com/allot-dev/allot/algorithm"
 )
 
-const shards = 64
+const stripes = 64
 
-// sweepEvery is how many takes on a shard trigger a sweep of its idle
+// sweepEvery is how many takes on a stripe trigger a sweep of its idle
 // buckets: memory follows active keys without a background goroutine.
 const sweepEvery = 4096
 
 // Store holds each key's algorithm state in memory. A group's keys share a hash tag and so a
-// shard, as they share a slot in Redis Cluster: one lock makes the group
+// stripe, as they share a slot in Redis Cluster: one lock makes the group
 // atomic.
 type Store struct {
-	now    func() int64 // microseconds
-	seed   maphash.Seed
-	shards [shards]shard
+	now     func() int64 // microseconds
+	seed    maphash.Seed
+	stripes [stripes]stripe
 }
 
-type shard struct {
+type stripe struct {
 	mu      sync.Mutex
 	buckets map[string]*entry
 	takes   int
@@ -48,8 +48,8 @@ func New(now func() time.Time) *Store {
 		now = time.Now
 	}
 	s := &Store{now: func() int64 { return now().UnixMicro() }, seed: maphash.MakeSeed()}
-	for i := range s.shards {
-		s.shards[i].buckets = map[string]*entry{}
+	for i := range s.stripes {
+		s.stripes[i].buckets = map[string]*entry{}
 	}
 	return s
 }
@@ -57,8 +57,8 @@ func New(now func() time.Time) *Store {
 // Len is the number of buckets held (for tests and metrics).
 func (s *Store) Len() int {
 	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
+	for i := range s.stripes {
+		sh := &s.stripes[i]
 		sh.mu.Lock()
 		n += len(sh.buckets)
 		sh.mu.Unlock()
@@ -66,8 +66,8 @@ func (s *Store) Len() int {
 	return n
 }
 
-func (s *Store) shard(key string) *shard {
-	return &s.shards[maphash.String(s.seed, hashTag(key))%shards]
+func (s *Store) stripe(key string) *stripe {
+	return &s.stripes[maphash.String(s.seed, hashTag(key))%stripes]
 }
 
 // hashTag is the part of key between the first { and the next }, as Redis
@@ -122,7 +122,7 @@ func (s *Store) take(g algorithm.Group) algorithm.Result {
 	if len(g) == 0 {
 		return res
 	}
-	sh := s.shard(g[0].Key)
+	sh := s.stripe(g[0].Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now := s.now()
@@ -153,7 +153,7 @@ func (s *Store) Refund(_ context.Context, groups []algorithm.Group) error {
 		if len(g) == 0 {
 			continue
 		}
-		sh := s.shard(g[0].Key)
+		sh := s.stripe(g[0].Key)
 		sh.mu.Lock()
 		now := s.now()
 		for _, it := range g {
@@ -177,14 +177,14 @@ func (s *Store) Refund(_ context.Context, groups []algorithm.Group) error {
 }
 
 // get returns the live state at key, or the zero State.
-func (sh *shard) get(key string, now int64) algorithm.State {
+func (sh *stripe) get(key string, now int64) algorithm.State {
 	if e, ok := sh.buckets[key]; ok && e.expires > now {
 		return e.state
 	}
 	return algorithm.State{}
 }
 
-func (sh *shard) put(key string, st algorithm.State, expires int64) {
+func (sh *stripe) put(key string, st algorithm.State, expires int64) {
 	if e, ok := sh.buckets[key]; ok {
 		e.state, e.expires = st, expires
 		return
@@ -192,7 +192,7 @@ func (sh *shard) put(key string, st algorithm.State, expires int64) {
 	sh.buckets[key] = &entry{state: st, expires: expires}
 }
 
-func (sh *shard) maybeSweep(now int64) {
+func (sh *stripe) maybeSweep(now int64) {
 	sh.takes++
 	if sh.takes < sweepEvery {
 		return

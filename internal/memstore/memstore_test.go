@@ -76,8 +76,8 @@ func TestRefundAndIdleEviction(t *testing.T) {
 	assert.Equal(t, int64(40), take(t, s, g).Items[0].Remaining, "refund gave the 10 back")
 	require.Equal(t, 1, s.Len())
 	clk.Advance(spec.TTL() + time.Millisecond)
-	// A sweep runs every sweepEvery takes on the shard; other keys with the
-	// same hash tag share the shard.
+	// A sweep runs every sweepEvery takes on the stripe; other keys with the
+	// same hash tag share the stripe.
 	other := algorithm.Group{{Key: "rl:{t}:p:other", Spec: spec, Cost: 1}}
 	for range sweepEvery {
 		take(t, s, other)
