@@ -18,7 +18,9 @@
 // sent; then they are void. With the decayed credit of returns
 // (lua/return.lua) that gives, for every window of length T, admitted <=
 // burst + rate*(T + TTL + tick) for the whole region, whatever the
-// number of nodes: see ARCHITECTURE.md ("Leasing") for the proof and assumptions.
+// number of nodes: ARCHITECTURE.md ("The overshoot bound") states the
+// assumptions, docs/algorithms.md ("Leasing: proof of the overshoot bound")
+// the proof.
 //
 // lease owns no wire format and no policy matching; it never blocks a
 // decision on Redis while tokens are on hand, and never retries a lease

@@ -28,9 +28,10 @@
 //
 // The alternative, keeping absolute counts, would on a fall give a
 // survivor that used all of limit/3 another limit/2 - limit/3 at once in
-// the same window. ARCHITECTURE.md ("Failure modes") derives the region's bound from this
-// choice: admitted(W) <= b + r·T + (k / N)·b over any window W of length T
-// in which k of N nodes crashed.
+// the same window. docs/algorithms.md ("Local fallback: the region's
+// total") derives the region's bound from this choice: admitted(W) <=
+// b + r·T + (k / N)·b over any window W of length T in which k of N
+// nodes crashed.
 //
 // Remaining and limits reported to callers are in requests: the units
 // divided by N, rounded down. There is no rounding of limits: a limit of 5

@@ -22,7 +22,8 @@ func fast(seeds ...string) membership.Config {
 // TestRegionFallbackFollowsMembership runs 3 nodes with real gossip (in
 // process), crashes one, and checks that the survivors' shares grow from
 // limit/3 to limit/2 within the documented detection time, and that the
-// region's total stays within the bound of ARCHITECTURE.md ("Failure modes"):
+// region's total stays within the bound of docs/algorithms.md ("Local
+// fallback: the region's total"):
 //
 //	admitted <= b + r·T + (k/N)·b   (k = 1 crashed of N = 3)
 //
