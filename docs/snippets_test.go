@@ -35,17 +35,6 @@ import (
 	"testing"
 )
 
-// snippetPending lists blocks known to fail, by file and the line of the
-// block's opening fence. TEMPORARY: README.md, ARCHITECTURE.md and
-// docs/benchmarks.md are being rewritten elsewhere (issue 37); once those
-// land, empty this map. A listed block that fails is skipped (with its
-// errors); one that passes, or is no longer a ```go block at that line,
-// fails the test, so that the list only shrinks.
-var snippetPending = map[string][]int{
-	// A fragment (no package clause) that calls internal/tlsconfig.
-	"README.md": {412},
-}
-
 // snippetBlock is one fenced Go block of a Markdown file.
 type snippetBlock struct {
 	file   string // slash path relative to the repo root
@@ -148,13 +137,6 @@ func TestSnippetsCompile(t *testing.T) {
 		}
 		blocks = append(blocks, snippetExtract(f, md)...)
 	}
-	for f, lines := range snippetPending {
-		for _, l := range lines {
-			if !slices.ContainsFunc(blocks, func(b snippetBlock) bool { return b.file == f && b.line == l }) {
-				t.Errorf("snippetPending lists %s:%d, which is no ```go block: remove it", f, l)
-			}
-		}
-	}
 	if len(blocks) == 0 {
 		t.Log("no ```go blocks")
 		return
@@ -206,13 +188,7 @@ func TestSnippetsCompile(t *testing.T) {
 						"this module's public packages and the modules this module requires)"
 				}
 			default:
-				if slices.Contains(snippetPending[b.file], b.line) {
-					t.Errorf("%s compiles but is listed in snippetPending: remove it", b.name())
-				}
 				return
-			}
-			if slices.Contains(snippetPending[b.file], b.line) {
-				t.Skipf("pending (snippetPending): %s: %s", b.name(), msg)
 			}
 			t.Errorf("%s: %s", b.name(), msg)
 		})
