@@ -27,10 +27,12 @@ sandbox:
 chaos:
 	go test -tags chaos -count=1 -timeout 20m -v -run Chaos ./internal/tools/chaos/
 
-# Installs redis-server when missing (as root, with apt-get), then runs every
-# test with the race detector. Redis-backed tests fail instead of skipping.
+# Installs redis-server, gcc and PostgreSQL when missing (as root, with
+# apt-get, quietly), then runs every test with the race detector.
+# Redis-backed tests fail instead of skipping. What it starts (a PostgreSQL
+# cluster) it stops when it ends; services already running are reused.
 test:
-	./scripts/test.sh
+	@./scripts/test.sh
 
 lint:
 	gofmt -l . | (! grep .)

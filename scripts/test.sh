@@ -3,6 +3,17 @@
 # need when it is missing, then runs every test with the race detector
 # (which needs cgo, so a C compiler: installed like redis-server; without
 # one the tests run without -race, and the script says so).
+#
+# It prints what a reader should act on (go's package lines and failures,
+# what it installs, what is missing); apt's and PostgreSQL's chatter goes
+# to a log shown only when a step fails. What it starts itself (a
+# PostgreSQL cluster, a redis-server apt started on install) it stops on
+# the way out; services already running when it began are reused and left
+# running.
+#
+# ALLOT_TEST_PLAN_ONLY=1: print what it would install, touch nothing.
+# ALLOT_TEST_SETUP_ONLY=1: install and start what the tests need, print
+# the PostgreSQL URL, then stop what it started; run no test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN=local
@@ -19,11 +30,74 @@ if [ -n "${ALLOT_TEST_PLAN_ONLY:-}" ]; then
   if have_cc; then echo "race: on"; else echo "race: off until a C compiler is installed"; fi
   exit 0
 fi
+
+# The setup log: apt, pg_createcluster, pg_ctlcluster and go mod download
+# write here; a failing step prints it.
+setup_log=$(mktemp "${TMPDIR:-/tmp}/allot-test-setup.XXXXXX")
+fail_log() { echo "--- $1 failed; its output:" >&2; cat "$setup_log" >&2; }
+
+# What to stop on the way out: PostgreSQL clusters (VER/NAME) and services
+# (init names) that were not running when the script began.
+pg_before=()   # clusters online before the script touched PostgreSQL
+pg_touched=    # set once start_postgres began
+redis_by_apt=  # set when installing redis-server started one on port 6379
+cleanup() {
+  local rc=$?
+  set +e
+  if [ -n "$pg_touched" ]; then
+    local c
+    for c in $(pg_online); do
+      if ! printf '%s\n' "${pg_before[@]}" | grep -qxF "$c"; then
+        (cd / && pg_ctlcluster "${c%%/*}" "${c#*/}" stop) >>"$setup_log" 2>&1 ||
+          echo "could not stop PostgreSQL cluster $c (pg_ctlcluster ${c%%/*} ${c#*/} stop)" >&2
+      fi
+    done
+  fi
+  if [ -n "$redis_by_apt" ]; then # the tests start redis-servers of their own
+    stop_service redis-server || redis-cli -p 6379 shutdown nosave >>"$setup_log" 2>&1 ||
+      echo "could not stop the redis-server apt started on port 6379" >&2
+  fi
+  rm -f "$setup_log"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# redis_up: something listens on 127.0.0.1:6379 (redis-cli may be absent).
+redis_up() { (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; }
+# stop_service stops an init service the way this machine runs them.
+stop_service() {
+  if [ -d /run/systemd/system ]; then
+    systemctl stop "$1" >>"$setup_log" 2>&1
+  elif command -v service >/dev/null 2>&1; then
+    service "$1" stop >>"$setup_log" 2>&1
+  else
+    return 1
+  fi
+}
+
+# apt_install installs packages quietly (its output to the setup log).
+apt_updated=
+apt_install() {
+  echo "installing $* with apt-get" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  if [ -z "$apt_updated" ]; then
+    apt-get update -qq >>"$setup_log" 2>&1 || { fail_log "apt-get update"; return 1; }
+    apt_updated=1
+  fi
+  apt-get install -y -qq --no-install-recommends "$@" >>"$setup_log" 2>&1 ||
+    { fail_log "apt-get install $*"; return 1; }
+}
+
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing ${need_apt[*]} with apt-get" >&2
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    redis_before=
+    if redis_up; then redis_before=1; fi
+    apt_install "${need_apt[@]}"
+    if [[ " ${need_apt[*]} " == *" redis-server "* ]] && [ -z "$redis_before" ] && redis_up; then
+      redis_by_apt=1
+    fi
   elif command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then
     echo "missing ${need_apt[*]} (not root or no apt-get): continuing without them" >&2
   else
@@ -43,36 +117,73 @@ export ALLOT_REQUIRE_REDIS=1
 
 # PostgreSQL for the policy-store tests (each test creates and drops its own
 # database; see internal/testenv/pgtest). Use ALLOT_TEST_POSTGRES or a server at
-# 127.0.0.1:5432 (user postgres, trust auth) when one answers; else, as
-# root, install PostgreSQL, start its cluster and give user postgres a
-# password for TCP logins. ALLOT_REQUIRE_POSTGRES=1 (tests fail rather than
-# skip) is set only once a server answered.
+# 127.0.0.1:5432 (ALLOT_TEST_PG_PORT; user postgres, trust auth, or the
+# password this script sets on a cluster it starts) when one answers; else,
+# as root, install PostgreSQL, start a cluster on that port (stopped again
+# on the way out) and give user postgres a password for TCP logins.
+# ALLOT_REQUIRE_POSTGRES=1 (tests fail rather than skip) is set only once a
+# server answered. PostgreSQL's tools run from / : as user postgres they
+# cannot enter a checkout under /root.
+pg_port="${ALLOT_TEST_PG_PORT:-5432}"
+pg_pass_url="postgres://postgres:allot-test@127.0.0.1:${pg_port}/postgres?sslmode=disable"
 pg_ok() { command -v psql >/dev/null 2>&1 && PGCONNECT_TIMEOUT=3 psql "$1" -qtAc 'select 1' >/dev/null 2>&1; }
+pg_online() { pg_lsclusters -h 2>/dev/null | awk '$4 == "online" {print $1 "/" $2}'; }
 start_postgres() {
+  if command -v pg_lsclusters >/dev/null 2>&1; then
+    mapfile -t pg_before < <(pg_online)
+  fi
+  pg_touched=1
   if ! command -v pg_ctlcluster >/dev/null 2>&1; then
-    echo "installing postgresql with apt-get" >&2
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null || return 1
+    apt_install postgresql || return 1
   fi
-  if [ -z "$(pg_lsclusters -h 2>/dev/null)" ]; then
-    pg_createcluster "$(ls /usr/lib/postgresql | sort -V | tail -1)" main >/dev/null || return 1
+  local ver name status line
+  line=$(pg_lsclusters -h 2>/dev/null | awk -v p="$pg_port" '$3 == p {print $1, $2, $4; exit}')
+  if [ -z "$line" ]; then
+    ver=$(ls /usr/lib/postgresql 2>/dev/null | sort -V | tail -1)
+    [ -n "$ver" ] || { echo "no PostgreSQL server under /usr/lib/postgresql: install postgresql" >&2; return 1; }
+    name=main
+    if [ -d "/etc/postgresql/$ver/main" ]; then name=allot-test; fi
+    (cd / && pg_createcluster -p "$pg_port" "$ver" "$name") >>"$setup_log" 2>&1 ||
+      { fail_log "pg_createcluster $ver $name"; return 1; }
+    status=down
+  else
+    read -r ver name status <<<"$line"
   fi
-  local ver name port status
-  read -r ver name port status _ < <(pg_lsclusters -h | head -1)
   if [ "$status" != online ]; then
-    pg_ctlcluster "$ver" "$name" start || return 1
+    (cd / && pg_ctlcluster "$ver" "$name" start) >>"$setup_log" 2>&1 ||
+      { fail_log "pg_ctlcluster $ver $name start"; return 1; }
+  elif printf '%s\n' "${pg_before[@]}" | grep -qxF "$ver/$name"; then
+    # Running before this script, and neither URL logs in: leave it as
+    # it is (no new password on someone else's server).
+    echo "PostgreSQL cluster $ver/$name on port $pg_port refuses user postgres over TCP: set ALLOT_TEST_POSTGRES to a URL that logs in" >&2
+    return 1
   fi
-  runuser -u postgres -- psql -p "$port" -qc "ALTER USER postgres PASSWORD 'allot-test'" >/dev/null || return 1
-  pg_url="postgres://postgres:allot-test@127.0.0.1:${port}/postgres?sslmode=disable"
+  (cd / && runuser -u postgres -- psql -p "$pg_port" -qc "ALTER USER postgres PASSWORD 'allot-test'") >>"$setup_log" 2>&1 ||
+    { fail_log "setting user postgres's password"; return 1; }
+  pg_url=$pg_pass_url
 }
-pg_url="${ALLOT_TEST_POSTGRES:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}"
-if ! pg_ok "$pg_url" && [ -z "${ALLOT_TEST_POSTGRES:-}" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  start_postgres || echo "could not install or start PostgreSQL" >&2
+pg_url="${ALLOT_TEST_POSTGRES:-postgres://postgres@127.0.0.1:${pg_port}/test?sslmode=disable}"
+if ! pg_ok "$pg_url" && [ -z "${ALLOT_TEST_POSTGRES:-}" ]; then
+  if pg_ok "$pg_pass_url"; then
+    pg_url=$pg_pass_url # a cluster an earlier run set up, running
+  elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    start_postgres || true # it said why
+  fi
 fi
 if pg_ok "$pg_url"; then
   export ALLOT_TEST_POSTGRES="$pg_url" ALLOT_REQUIRE_POSTGRES=1
 else
   echo "PostgreSQL not available: its tests will skip (install postgresql or set ALLOT_TEST_POSTGRES)" >&2
 fi
+if [ -n "${ALLOT_TEST_SETUP_ONLY:-}" ]; then
+  echo "postgres: ${ALLOT_TEST_POSTGRES:-none}"
+  exit 0
+fi
+
+# Modules first, quietly: go vet and go test would print a "go:
+# downloading" line for each on a fresh machine.
+{ go mod download && (cd deploy/check && go mod download); } >>"$setup_log" 2>&1 ||
+  { fail_log "go mod download"; exit 1; }
 go vet ./...
 go test $race -count=1 -timeout 10m ./...
 # Deploy checks (deploy/check, a module of its own so that k8s.io/api,

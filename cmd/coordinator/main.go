@@ -93,6 +93,12 @@ func run(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	serving := false
+	defer func() { // the last line, once the store, telemetry and rebalancer closed
+		if serving {
+			log.Info("coordinator stopped")
+		}
+	}()
 	st, err := policystore.Open(ctx, url, policystore.Options{Logger: log, NATS: tr.nats})
 	if err != nil {
 		return err
@@ -129,9 +135,8 @@ func run(args []string) error {
 		log.Warn("admin API without a token: writes are open to anyone on this host")
 	}
 	log.Info("coordinator serving the admin API", "addr", lis.Addr().String(), "store", st.String())
-	err = admin.New(admin.Config{Store: st, Token: *f.adminToken, Logger: log}).Serve(ctx, lis)
-	log.Info("coordinator stopped")
-	return err
+	serving = true
+	return admin.New(admin.Config{Store: st, Token: *f.adminToken, Logger: log}).Serve(ctx, lis)
 }
 
 // storeURL is --store as a store URL: a path without a scheme is a

@@ -14,6 +14,11 @@
 // (--grpc-addr is ALLOT_GRPC_ADDR); the command line wins. Knobs that are
 // not flags are derived, fixed (ARCHITECTURE.md, "Fixed settings") or in
 // the policy file's lease: block (docs/policies.md).
+//
+// SIGINT (Ctrl-C) or SIGTERM drains, then stops: for --drain-period the
+// node answers unready while it still serves, so load balancers move
+// away. A node whose listeners are all on loopback skips the default
+// drain. A second signal stops it at once.
 package main
 
 import (
@@ -22,13 +27,9 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/netip"
 	"os"
-	"os/signal"
 	"runtime/debug"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/allot-dev/allot/cmd/internal/cli"
@@ -75,7 +76,7 @@ func register(fs *flag.FlagSet) *flags {
 		proxyAddr:   fs.String("proxy-addr", "127.0.0.1:8090", "listen address of the reverse proxy (with --upstream)"),
 		identity:    fs.String("identity-headers", "", "proxy: request headers identity comes from, comma-separated KIND=HEADER with KIND api-key (client_identifier is its SHA-256 digest), user (client_identifier when no API key) or tenant; e.g. api-key=X-API-Key,tenant=X-Tenant-ID"),
 		trusted:     fs.String("trusted-proxies", "", "proxy: comma-separated CIDRs whose X-Forwarded-For is believed"),
-		drain:       fs.Duration("drain-period", node.DefaultDrainPeriod, "after SIGTERM, how long the node keeps serving while /readyz answers 503 and gRPC health NOT_SERVING, before it stops (0: stop at once); calls in flight then get 10s more"),
+		drain:       fs.Duration("drain-period", node.DefaultDrainPeriod, "after SIGINT or SIGTERM, how long the node keeps serving while /readyz answers 503 and gRPC health NOT_SERVING, before it stops (0: stop at once); calls in flight then get 10s more; a second signal stops at once; a node whose listeners are all on loopback skips the drain unless this is set"),
 		maxInFlight: fs.Int("max-inflight", node.DefaultMaxInFlight, "concurrency: most checks decided at once (every face; batch items count one at a time); more are shed at once: UNAVAILABLE (HTTP 503) \"node overloaded\", counted as outcome shed; a quarter of it bounds the gRPC calls in progress (memory: each may hold a 3.1 MiB message); negative: no bound"),
 	}
 	f.logger = cli.LogLevel(fs, "info", os.Stderr)
@@ -117,17 +118,27 @@ func run(args []string) error {
 	res := f.res()
 	f.gossip(&res)
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	sigs := notifySignals(func(s os.Signal) {
+		log.Info("second signal: stopping at once", "signal", signalName(s))
+	})
+	defer sigs.release()
+	ctx := sigs.stop
+	started := false
+	defer func() { // the last line, once everything below has stopped
+		if started {
+			log.Info("node stopped")
+		}
+	}()
 	tel, err := telemetry.New(ctx, telemetry.Config{Service: "allot-node", OTLPEndpoint: telemetry.EnvEndpoint(), Logger: log})
 	if err != nil {
 		return err
 	}
-	// After the node closed: the last spans and the providers flush.
+	// After the node closed: the last spans and the providers flush (cut
+	// by a second signal).
 	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		sctx, cancel := context.WithTimeout(sigs.now, 5*time.Second)
 		defer cancel()
-		if err := tel.Shutdown(sctx); err != nil {
+		if err := tel.Shutdown(sctx); err != nil && sigs.now.Err() == nil {
 			log.Warn("telemetry shutdown", "err", err)
 		}
 	}()
@@ -159,16 +170,56 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	started = true
+	drain := drainPeriod(n, *f.drain, flagSet(fs, "drain-period"))
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down", "drain_period", *f.drain, "timeout", shutdownTimeout)
+		logStopping(log, signalOf(ctx), drain, *f.drain)
+		return n.Shutdown(sigs.now, drain, shutdownTimeout)
 	case err := <-n.Done():
 		return fmt.Errorf("grpc server stopped: %w", err)
 	case err := <-n.HTTPFailed():
-		log.Error("http server stopped; shutting down", "err", err)
-		return errors.Join(err, n.Close(shutdownTimeout))
+		log.Error("http server stopped; shutting down (a signal stops at once)", "err", err, "drain_period", drain)
+		return errors.Join(err, n.Shutdown(ctx, drain, shutdownTimeout))
 	}
-	return n.Close(shutdownTimeout)
+}
+
+// drainPeriod is how long the node drains once told to stop:
+// --drain-period, except that a node whose listeners are all on loopback
+// skips the default drain. Its callers are on this host and no load
+// balancer needs time to see it unready, so a drain would only delay the
+// stop. A --drain-period given explicitly (flag or ALLOT_DRAIN_PERIOD)
+// holds even there: local callers (a sidecar proxy) may want one.
+func drainPeriod(n *node.Node, drain time.Duration, explicit bool) time.Duration {
+	if !explicit && n.LoopbackOnly() {
+		return 0
+	}
+	return drain
+}
+
+// logStopping is the line the node logs when a signal tells it to stop:
+// what it does now, for how long, and that a second signal stops it at
+// once (a drain with no line looked like a hung process).
+func logStopping(log *slog.Logger, sig string, drain, flagDrain time.Duration) {
+	switch {
+	case drain > 0:
+		log.Info(fmt.Sprintf("draining for %v, then stopping: /readyz answers 503 and gRPC health NOT_SERVING while the node still serves, so load balancers move away; Ctrl-C again (a second SIGINT or SIGTERM) stops at once", drain),
+			"signal", sig, "drain_period", drain)
+	case flagDrain > 0:
+		log.Info(fmt.Sprintf("stopping without a drain: every listener is on loopback, so no load balancer needs telling (an explicit --drain-period drains anyway); calls in flight get up to %v, Ctrl-C again cuts them", shutdownTimeout),
+			"signal", sig)
+	default:
+		log.Info(fmt.Sprintf("stopping (--drain-period 0: no drain); calls in flight get up to %v, Ctrl-C again cuts them", shutdownTimeout),
+			"signal", sig)
+	}
+}
+
+// flagSet reports whether the flag name was given, on the command line or
+// as its ALLOT_ variable (cli.Parse sets those through fs).
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // grpcMaxInFlight derives the bound on gRPC calls in progress from
@@ -224,17 +275,7 @@ func storeURL(s string) string {
 // isLoopback reports whether addr (HOST:PORT) listens on loopback only:
 // there the Go runtime profiles are served beside /metrics, reachable
 // from the node's own host (kubectl port-forward) and from no one else.
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.IsLoopback()
-}
+func isLoopback(addr string) bool { return node.IsLoopbackAddr(addr) }
 
 // defaultGCPercent is the node's GC target. A node's live heap is small
 // (policies, buckets, leases: megabytes) while each check allocates (the

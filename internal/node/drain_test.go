@@ -102,3 +102,52 @@ func TestDrainPeriodKeepsServingWhileNotReady(t *testing.T) {
 	assert.Positive(t, servedByB)
 	t.Logf("A served %d, B %d, UNAVAILABLE %d", servedByA, servedByB, unavailable)
 }
+
+// Shutdown's ctx cuts the drain short: the node stops at once, listeners
+// closed, without an error (allot-node's second Ctrl-C).
+func TestShutdownCutShortByContext(t *testing.T) {
+	const drain = 30 * time.Second
+	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", PoliciesPath: policyFile(t, testPolicies)})
+	require.NoError(t, err)
+	readyz := "http://" + n.HTTPAddr() + "/readyz"
+	ctx, cut := context.WithCancel(context.Background())
+	closed := make(chan error, 1)
+	go func() { closed <- n.Shutdown(ctx, drain, 10*time.Second) }()
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(readyz)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusServiceUnavailable
+	}, 10*time.Second, 10*time.Millisecond, "unready, still serving, while it drains")
+	cut()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(drain / 2):
+		t.Fatal("Shutdown sat out its drain after ctx ended")
+	}
+	_, err = http.Get(readyz)
+	assert.Error(t, err, "the HTTP listener is closed")
+}
+
+// A node is loopback-only when every listener is bound to loopback; one
+// on every interface (0.0.0.0, ::, an empty host) is not.
+func TestLoopbackOnly(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:1": true, "127.1.2.3:1": true, "localhost:1": true, "[::1]:1": true, "[::ffff:127.0.0.1]:1": true,
+		"0.0.0.0:1": false, "[::]:1": false, ":1": false, "10.0.0.1:1": false, "": false, "localhost": false,
+	} {
+		assert.Equal(t, want, node.IsLoopbackAddr(addr), addr)
+	}
+	start := func(grpcAddr, httpAddr string) *node.Node {
+		n, err := node.Start(context.Background(), node.Config{GRPCAddr: grpcAddr, HTTPAddr: httpAddr, PoliciesPath: policyFile(t, testPolicies)})
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, n.Close(time.Second)) })
+		return n
+	}
+	assert.True(t, start("127.0.0.1:0", "localhost:0").LoopbackOnly())
+	assert.False(t, start("127.0.0.1:0", "0.0.0.0:0").LoopbackOnly(), "HTTP on every interface")
+	assert.False(t, start(":0", "").LoopbackOnly(), "gRPC on every interface")
+}

@@ -104,12 +104,15 @@ func (n *Node) serveHTTP(name, addr string, srv *http.Server) error {
 }
 
 // closeHTTP shuts the HTTP servers down: no new requests, in-flight ones
-// finish until ctx ends, then open connections are cut.
+// finish until ctx ends, then open connections are cut (with a warning
+// when ctx timed out; none when it was cancelled: a stop at once).
 func (n *Node) closeHTTP(ctx context.Context) error {
 	var errs []error
 	for _, l := range n.https {
 		if err := l.srv.Shutdown(ctx); err != nil {
-			n.log.Warn("graceful http stop timed out; closing connections", "listener", l.name, "err", err)
+			if !errors.Is(err, context.Canceled) {
+				n.log.Warn("graceful http stop timed out; closing connections", "listener", l.name, "err", err)
+			}
 			errs = append(errs, l.srv.Close())
 		}
 		<-l.done

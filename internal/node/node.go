@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -260,30 +261,52 @@ func (n *Node) checker() server.Checker { return n.admit }
 // Done is closed with the serve error when the gRPC server stops.
 func (n *Node) Done() <-chan error { return n.served }
 
-// Close stops the node gracefully: health goes NOT_SERVING and /readyz
-// 503, the node keeps serving for Config.DrainPeriod so that traffic moves
-// away, then in-flight calls finish (up to timeout, then they are cut) and
-// the store is closed. Closing the listeners at the instant the node went
-// unready gave clients thousands of UNAVAILABLE at once.
+// Close stops the node gracefully: Shutdown with Config.DrainPeriod and
+// nothing to cut it short.
 func (n *Node) Close(timeout time.Duration) error {
+	return n.Shutdown(context.Background(), n.cfg.DrainPeriod, timeout)
+}
+
+// Shutdown stops the node: health goes NOT_SERVING and /readyz 503, the
+// node keeps serving for drain so that traffic moves away, then in-flight
+// calls finish (up to timeout, then they are cut) and the store is
+// closed. Closing the listeners at the instant the node went unready gave
+// clients thousands of UNAVAILABLE at once.
+//
+// When ctx ends (allot-node: a second SIGINT or SIGTERM) the node stops at
+// once: the rest of the drain is skipped and calls in flight are cut. The
+// listeners, the store and the policy source still close as they would.
+func (n *Node) Shutdown(ctx context.Context, drain, timeout time.Duration) error {
 	n.closing.Store(true)
 	n.health.Shutdown()
-	if d := n.cfg.DrainPeriod; d > 0 {
-		n.log.Info("not ready; draining before stopping", "drain_period", d)
-		time.Sleep(d) // serving goes on meanwhile: this is the drain
+	if drain > 0 {
+		// The command says what it is doing (cmd/node); Close's callers
+		// (tests, the sandbox) see it at debug level.
+		n.log.Debug("not ready; draining before stopping", "drain_period", drain)
+		t := time.NewTimer(drain)
+		select { // serving goes on meanwhile: this is the drain
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
 	}
 	n.health.endWatches()
-	// HTTP first, then gRPC, sharing one deadline.
-	httpCtx, cancel := context.WithTimeout(context.Background(), timeout)
+	// HTTP first, then gRPC, sharing one deadline; ctx's end cuts both.
+	httpCtx, cancel := context.WithTimeout(ctx, timeout)
 	httpErr := n.closeHTTP(httpCtx)
 	deadline, _ := httpCtx.Deadline()
 	cancel()
 	stopped := make(chan struct{})
 	go func() { n.grpc.GracefulStop(); close(stopped) }()
+	grace := time.NewTimer(time.Until(deadline))
+	defer grace.Stop()
 	select {
 	case <-stopped:
-	case <-time.After(time.Until(deadline)):
+	case <-grace.C:
 		n.log.Warn("graceful stop timed out; closing open calls", "timeout", timeout)
+		n.grpc.Stop()
+		<-stopped
+	case <-ctx.Done():
 		n.grpc.Stop()
 		<-stopped
 	}
@@ -292,6 +315,51 @@ func (n *Node) Close(timeout time.Duration) error {
 		err = nil
 	}
 	return errors.Join(err, httpErr, n.closeAll())
+}
+
+// ListenAddrs are the addresses the node's listeners are bound to: gRPC,
+// then HTTP, the proxy and metrics when they are on, the admin API and
+// gossip (its configured bind address).
+func (n *Node) ListenAddrs() []string {
+	addrs := []string{n.Addr()}
+	for _, l := range n.https {
+		addrs = append(addrs, l.lis.Addr().String())
+	}
+	if a := n.AdminAddr(); a != "" {
+		addrs = append(addrs, a)
+	}
+	if n.res.members != nil {
+		addrs = append(addrs, n.cfg.Resilience.GossipAddr)
+	}
+	return addrs
+}
+
+// LoopbackOnly reports whether every listener of the node is bound to a
+// loopback address. Such a node's callers are on its own host: no load
+// balancer is there to see it go unready, so a drain only delays its
+// stop.
+func (n *Node) LoopbackOnly() bool {
+	for _, a := range n.ListenAddrs() {
+		if !IsLoopbackAddr(a) {
+			return false
+		}
+	}
+	return true
+}
+
+// IsLoopbackAddr reports whether addr (HOST:PORT) is bound to loopback
+// only: localhost, 127.0.0.0/8 or ::1. An empty host, 0.0.0.0 and :: are
+// every interface.
+func IsLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 func (n *Node) closeAll() error {
