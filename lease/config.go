@@ -34,7 +34,7 @@ type Config struct {
 	// cold key warm, when the manager sends cold keys to the exact path
 	// (Options.ColdExact): at the default TTL of 2 s and DefaultColdHits,
 	// a key leases once it shows about 16 checks a second
-	// (docs/benchmarks.md, "Warm keys: a count, not one interval").
+	// (docs/performance.md, "Cold hits").
 	// Higher: fewer leases for keys at a few checks a second. 1 to
 	// MaxColdHits.
 	ColdHits int

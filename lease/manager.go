@@ -121,7 +121,7 @@ type Options struct {
 	// and its lease close to expiry at its next request, so leasing would
 	// cost it about a lease call per decision, where its exact check
 	// shares one script call with the other checks of its round trip
-	// (docs/benchmarks.md, "Many warm keys"). Global-scope limits always
+	// (docs/performance.md, "Warm keys"). Global-scope limits always
 	// lease (their demand is reported by DrainDemand). Cold keys are
 	// counted in a 512 KiB filter, not in the key table (Stats.Keys), so a
 	// large cold key set costs no entries.

@@ -17,13 +17,13 @@
 -- not a number): one group of all KEYS, answered with check.lua's reply
 -- or error, unwrapped. A node sends a pipeline's only check so: for one
 -- group the batch layout's wrapping costs Redis about a quarter more
--- (docs/benchmarks.md).
+-- (docs/performance.md, "Token-bucket script").
 --
 -- Why a spec table: the checks that share a call are mostly of a few
 -- policies, and a spec's four values, their checks, its rate and its TTL
 -- were parsed and computed once per key before; per key the call now
--- carries two values instead of five (docs/benchmarks.md, "A spec table
--- for the shared call").
+-- carries two values instead of five (docs/performance.md, "Token-bucket
+-- script").
 --
 -- Each group is taken all-or-nothing, as check.lua takes it: nothing of
 -- a group is written before every key of it is known to admit and every
@@ -35,7 +35,7 @@
 -- Why many groups per call: a node sends the checks that queue for one
 -- shard while its pipelines are in flight (package region) as one call,
 -- so that Redis parses, looks up and enters one script per round trip
--- instead of one per check (docs/benchmarks.md).
+-- instead of one per check (docs/performance.md, "Token-bucket script").
 --
 -- Speed is why this script exists beside check.lua, and in a Redis
 -- script most of the cost beyond the Redis commands is allocation: the
@@ -129,7 +129,7 @@ local nowarg = t[1] .. string.format('%06d', tonumber(t[2]))
 -- Tables sized by their constructors where the size is known: a table
 -- filled from empty is reallocated as it grows (at 1, 2, 4 and 8
 -- entries), and for the common lone check that is most of the script's
--- allocation (docs/benchmarks.md). s is reused by every group.
+-- allocation (docs/performance.md, "Token-bucket script"). s is reused by every group.
 local out
 if g == 1 then
   out = { false }

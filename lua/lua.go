@@ -43,8 +43,8 @@ var Check = redis.NewScript(commonSrc + paramsSrc + checkSrc)
 // CheckTB is check_tb.lua: Check for groups whose keys are all token
 // buckets, many groups per call, with the same maths and stored state
 // and each group taken all-or-nothing as Check takes it, at about half
-// Check's Redis CPU per group (docs/benchmarks.md, "Redis script per
-// algorithm"). It refuses any other algorithm code. Its KEYS and ARGV
+// Check's Redis CPU per group (docs/performance.md, "Redis CPU per
+// check"). It refuses any other algorithm code. Its KEYS and ARGV
 // for many groups are laid out by CheckTBArgs, and its reply is split by
 // CheckTBReplies: one Check reply, or one error, per group. One group
 // may also be sent with Check's KEYS and ARGV, for Check's reply (the

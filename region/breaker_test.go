@@ -22,7 +22,7 @@ import (
 
 // timeout is the exact path's deadline in these tests, the default; margin
 // is what a loaded CI machine under -race may add to it (scheduling, GC).
-// The precise figures are in docs/benchmarks.md.
+// The precise figures are in docs/performance.md, "Resilience".
 const (
 	timeout = region.DefaultTimeout
 	margin  = 250 * time.Millisecond

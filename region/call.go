@@ -177,7 +177,7 @@ func scriptCall(ctx context.Context, p redis.Pipeliner, name string, payload any
 // its batch layout (shared), so that Redis parses, looks up and enters
 // one script for all of them. (A lone check stays in check.lua's layout,
 // which lua.CheckTB also takes: the batch layout costs a one-group call
-// about a quarter more, docs/benchmarks.md.)
+// about a quarter more, docs/performance.md "Token-bucket script".)
 type wireCall struct {
 	script *redis.Script
 	idx    []int

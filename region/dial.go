@@ -94,7 +94,7 @@ func (c *trackedSysConn) SyscallConn() (syscall.RawConn, error) {
 // go-redis's health check of it to be skipped. go-redis peeks every
 // connection it takes from the pool (a recvfrom with MSG_PEEK), which
 // under load is one system call per pipeline, a third of a round trip's
-// (docs/benchmarks.md). The peek finds a connection the server closed
+// (docs/performance.md, "Where an exact check's CPU goes"). The peek finds a connection the server closed
 // while it sat in the pool (a restarted Redis); a connection that read a
 // reply this recently was in use, not sitting, and a Redis restart takes
 // longer than this, so a connection from before a restart is still

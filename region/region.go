@@ -65,8 +65,8 @@ const (
 	// carries, and on a busy node every round trip costs both processes
 	// system calls and Redis a script entry, so from 16 checks in flight
 	// up one pipeline answered as many checks per second or more, with a
-	// third fewer round trips (docs/benchmarks.md, "One pipeline in
-	// flight"; below that a second is seldom in flight). A second hides a
+	// third fewer round trips (docs/performance.md, "Pipelines per
+	// shard"; below that a second is seldom in flight). A second hides a
 	// network round trip under load; an operator with a distant Redis may
 	// set 2.
 	DefaultPipelines = 1
@@ -287,7 +287,7 @@ var storeScripts = []*redis.Script{lua.CheckTB, lua.Check, lua.Refund, lua.Lease
 // counts, before any round trip has taught the threshold what this
 // machine's round trips are: 32 checks at once on a node just started
 // made those first pipelines take 8-22 ms, judged a stall at 4 ms (3 of
-// 76 starts, docs/benchmarks.md "A busy start"). Best effort: a shard
+// 76 starts, docs/performance.md "Start warm-up"). Best effort: a shard
 // that refuses is logged, and calls fall back as before (a dial in the
 // pipeline, EVAL after NOSCRIPT). Options.NoWarmUp skips it.
 func (s *Store) warm(ctx context.Context, c *redis.Client) {

@@ -109,7 +109,7 @@ func TestOwnPauseIsNotAStall(t *testing.T) {
 
 // pauseT is the child's stall threshold: over the Redis tail of a shared
 // test machine (silences of up to 10 ms from a healthy Redis;
-// docs/benchmarks.md, "Machine") and under the 100 and 250 ms pauses, so
+// docs/performance.md, "Machine") and under the 100 and 250 ms pauses, so
 // that the test checks the node's pauses, not the host's.
 const pauseT = 25 * time.Millisecond
 

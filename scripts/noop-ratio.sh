@@ -2,7 +2,7 @@
 # noop-ratio.sh: a node's single-check rate against the project's no-op
 # gRPC server, same generator, same run, alternated ROUNDS times; now a
 # wrapper of `allot-load ratio` (internal/tools/loadgen/sweep/ratio.go), kept
-# so that the commands in docs/benchmarks.md still run as written.
+# so that the commands of docs/performance.md ("Single check") run as written.
 #
 #   make build && flock /tmp/allot-cpu.lock scripts/noop-ratio.sh MODE [rounds] [seconds] [workers]
 #

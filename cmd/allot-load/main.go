@@ -16,12 +16,12 @@
 //	# a no-op RateLimiterService to compare against (answers ALLOWED; Ctrl-C stops it)
 //	allot-load --noop-listen 127.0.0.1:7081
 //
-//	# the load sweep (docs/benchmarks.md, "Overload sweep"): a redis-server and
+//	# the load sweep (docs/performance.md, "Overload sweep"): a redis-server and
 //	# a node process it starts, closed loops of 1 to 256 workers, one table row each
 //	allot-load sweep --node-bin bin/allot-node
 //
 //	# a node against the no-op server, same generator, alternated in one run
-//	# (docs/benchmarks.md): exact (on Redis), leased or standalone
+//	# (docs/performance.md, "Single check"): exact (on Redis), leased or standalone
 //	allot-load ratio --mode exact --pairs 3 --node-bin bin/allot-node
 //
 // The run stops after --duration or --max-requests, or on Ctrl-C, and

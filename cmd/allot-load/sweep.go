@@ -13,8 +13,8 @@ import (
 	"github.com/allot-dev/allot/internal/tools/loadgen/sweep"
 )
 
-// runSweep is `allot-load sweep`: the load sweep of docs/benchmarks.md
-// (package loadgen/sweep) against a node binary on a redis-server it
+// runSweep is `allot-load sweep`: the load sweep of docs/performance.md
+// ("Overload sweep"; package loadgen/sweep) against a node binary on a redis-server it
 // starts.
 func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("allot-load sweep", "ALLOT_LOAD_SWEEP_", stderr)

@@ -282,7 +282,7 @@ func isLoopback(addr string) bool { return node.IsLoopbackAddr(addr) }
 // gRPC transport most of it), so at Go's default of 100 the collector runs
 // many times a second under load: at 32 checks in flight on the exact
 // path it took about a fifth of the node's CPU, and 400 cut the node's
-// CPU per decision by 17-20 % (docs/benchmarks.md, "GC target"). The cost
+// CPU per decision by 17-20 % (docs/performance.md, "GC target"). The cost
 // is memory: up to five times the live heap instead of twice.
 const defaultGCPercent = 400
 

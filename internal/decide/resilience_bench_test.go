@@ -32,7 +32,7 @@ policies:
 // Redis call gets 4 ms; breaker opening on a stall or 10 failures in a
 // row, probing from 50 ms up to 5 s) in normal operation and through each Redis fault, and
 // through a black hole with breakers off, where every decision waits for
-// the deadline. It is a measurement for docs/benchmarks.md, not a check:
+// the deadline. It is a measurement for docs/performance.md ("Resilience"), not a check:
 // run it with
 //
 //	ALLOT_BENCH_RESILIENCE=1 go test -count=1 -run TestResilienceLatency -v ./internal/decide/

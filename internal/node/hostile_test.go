@@ -2,7 +2,7 @@
 
 package node_test
 
-// Hostile-input measurements (docs/benchmarks.md, "Hostile input"): a
+// Hostile-input measurements (docs/performance.md, "Hostile input"): a
 // node binary in its own process, so its RSS is its own, under floods a
 // hostile caller can send cheaply. Not a unit test: run by hand, under the
 // CPU lock:

@@ -29,7 +29,7 @@ policies:
 `
 
 // Scheduling margin a loaded CI machine under -race cannot break; the
-// precise latency figures are in docs/benchmarks.md.
+// precise latency figures are in docs/performance.md, "Resilience".
 const margin = 250 * time.Millisecond
 
 type resilientNode struct {

@@ -340,7 +340,7 @@ func (r *Region) endCoordinator(i int, crash bool) {
 // redisTimeout is the nodes' --redis-timeout. Every region's
 // redis-servers share one CPU here, where a healthy one waits behind the
 // others' scripts and the VM's own jitter (silences of up to 10 ms from
-// one Redis alone; docs/benchmarks.md, "Machine"); at the sandbox's
+// one Redis alone; docs/performance.md, "Machine"); at the sandbox's
 // capacity a 4 ms threshold judged such waits stalls. Production gives
 // each Redis a host and runs the default (5 ms).
 const redisTimeout = 25 * time.Millisecond

@@ -1,4 +1,4 @@
-// Package sweep runs the load sweep of docs/benchmarks.md ("Overload
+// Package sweep runs the load sweep of docs/performance.md ("Overload
 // sweep"): it starts a real redis-server on a free loopback port, an
 // allot-node from a given binary as a separate process on it, and drives
 // it in process with loadgen in closed loops of increasing concurrency,

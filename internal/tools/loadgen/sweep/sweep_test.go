@@ -37,7 +37,7 @@ func buildBinaries(t *testing.T) (node, load string) {
 
 // testNodeArgs give the node a stall threshold (49 ms) over the Redis
 // tail of a shared test machine (silences of up to 10 ms from a healthy
-// Redis; docs/benchmarks.md, "Machine") and under the pauses these tests
+// Redis; docs/performance.md, "Machine") and under the pauses these tests
 // inflict (250 ms): what they check is the node, not the host.
 var testNodeArgs = []string{"--redis-timeout", "50ms"}
 
