@@ -14,7 +14,14 @@ dir=$(mktemp -d)
 . "$(dirname "$0")/lib.sh"
 rport=$(free_port); gport=$(free_port); hport=$(free_port)
 node_pid= rpid=
-cleanup() { [ -n "$node_pid" ] && kill "$node_pid" 2>/dev/null; [ -n "$rpid" ] && kill "$rpid" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"; }
+# Every step runs whatever the one before it returned: under set -e a
+# failed kill (the node already gone) would leave redis-server running.
+cleanup() {
+	[ -z "$node_pid" ] || kill "$node_pid" 2>/dev/null || true
+	[ -z "$rpid" ] || kill "$rpid" 2>/dev/null || true
+	wait 2>/dev/null || true
+	rm -rf "$dir"
+}
 trap cleanup EXIT
 start_redis "$rport" "$dir"
 "${NODE_BIN:-bin/allot-node}" --redis "127.0.0.1:$rport" --grpc-addr "127.0.0.1:$gport" --http-addr "127.0.0.1:$hport" \
