@@ -132,8 +132,14 @@ func (rd *Ready) Empty() bool {
 type Input interface{ input() }
 
 // Received is a message from another region (or this region's own, which
-// is ignored).
-type Received struct{ Msg *coordv1.Message }
+// is ignored): Msg, or, when Msg is nil, Wire, the message as it traveled.
+// A report chunk on the wire is decoded straight into the machine's
+// entries, without the decoded message's allocation per entry (a report
+// of a million keys is a million entries per region and epoch).
+type Received struct {
+	Msg  *coordv1.Message
+	Wire []byte
+}
 
 // Drained is the region's demand since the previous Drain: tokens
 // (admitted plus denied) per key.
@@ -217,7 +223,7 @@ type round struct {
 
 type assembly struct {
 	chunks uint32
-	parts  map[uint32][]*coordv1.Entry // the chunks arrived, until all have
+	parts  map[uint32]chunk // the chunks arrived, until all have
 	done   bool
 	// entries are the report's entries in chunk order and keyed the same
 	// with one entry per key, in key order; both are set once done.
@@ -226,21 +232,27 @@ type assembly struct {
 
 func (a *assembly) complete() bool { return a.done }
 
-// add files chunk ch, new and in range, and decodes the report when it
-// was the last: into one array of its final size, where decoding chunk by
-// chunk would copy a large report many times over.
-func (a *assembly) add(ch uint32, es []*coordv1.Entry) {
-	a.parts[ch] = es
+// wants reports whether chunk ch of chunks is one to file: new, in range
+// and of the same count as the chunks before it.
+func (a *assembly) wants(ch, chunks uint32) bool {
+	_, dup := a.parts[ch]
+	return !dup && !a.done && ch < a.chunks && chunks == a.chunks
+}
+
+// add files chunk ch (wanted) and, when it was the last, decodes the
+// chunks in order into one array of the report's size.
+func (a *assembly) add(ch uint32, c chunk) {
+	a.parts[ch] = c
 	if uint32(len(a.parts)) < a.chunks {
 		return
 	}
 	n := 0
 	for _, p := range a.parts {
-		n += len(p)
+		n += p.len()
 	}
 	a.entries = make([]entry, 0, n)
 	for i := range a.chunks {
-		a.entries = decodeEntries(a.parts[i], a.entries)
+		a.entries = a.parts[i].appendTo(a.entries)
 	}
 	a.keyed, a.parts, a.done = byKey(a.entries), nil, true
 }
@@ -423,7 +435,11 @@ func (m *Machine) Step(in Input) {
 	e := m.ep
 	switch in := in.(type) {
 	case Received:
-		m.file(in.Msg)
+		if in.Msg != nil {
+			m.file(in.Msg)
+		} else {
+			m.fileWire(in.Wire)
+		}
 	case Drained:
 		if e == nil || !e.wantDrain {
 			return
@@ -629,35 +645,80 @@ func (m *Machine) takeOver(in SharesRead) {
 	m.log.Info("coord: took over", "keys", len(m.own))
 }
 
-// file stores a message in its round. Messages of this region (the
-// standby's own reports are never needed: a new active reads its shares
-// from Redis) and of unknown regions are ignored.
+// file stores a message in its round.
 func (m *Machine) file(msg *coordv1.Message) {
-	from := msg.GetRegion()
-	if from == m.cfg.Region || !slices.Contains(m.cfg.Regions, from) {
-		return
-	}
-	r := m.round(roundID{msg.GetEpoch(), msg.GetIntervalMs()})
+	r := m.roundFrom(msg.GetRegion(), roundID{msg.GetEpoch(), msg.GetIntervalMs()})
 	if r == nil {
 		return
 	}
+	from := msg.GetRegion()
 	switch b := msg.GetBody().(type) {
 	case *coordv1.Message_Report:
-		a := r.reports[from]
-		if a == nil {
-			a = &assembly{chunks: b.Report.GetChunks(), parts: map[uint32][]*coordv1.Entry{}}
-			r.reports[from] = a
+		rc := b.Report
+		if a := r.assembly(from, rc.GetChunks()); a.wants(rc.GetChunk(), rc.GetChunks()) {
+			a.add(rc.GetChunk(), protoChunk(rc.GetEntries()))
 		}
-		ch := b.Report.GetChunk()
-		if _, dup := a.parts[ch]; dup || a.complete() || ch >= a.chunks || b.Report.GetChunks() != a.chunks {
-			return
-		}
-		a.add(ch, b.Report.GetEntries())
 	case *coordv1.Message_Ack:
 		if r.acks[from] == nil { // one ack per region and epoch: a duplicate changes nothing
 			r.acks[from] = b.Ack
 		}
 	}
+}
+
+// fileWire stores a message given as it traveled in its round: a report
+// chunk to file is decoded from the wire; anything else goes through
+// proto.Unmarshal and file, as the transport once did for every message,
+// so that what is filed, created or dropped is the same either way.
+func (m *Machine) fileWire(b []byte) {
+	if w, ok := readReportWire(b); ok {
+		if w.region == m.cfg.Region || !slices.Contains(m.cfg.Regions, w.region) {
+			return // this region's own (each comes back) or an unknown region's: ignored, whatever it holds
+		}
+		id := roundID{w.epoch, w.intervalMS}
+		var a *assembly
+		if r := m.rounds[id]; r != nil {
+			a = r.reports[w.region]
+		}
+		if a != nil && !a.wants(w.chunk, w.chunks) {
+			return // nothing to file, whatever it holds
+		}
+		if a != nil || w.chunk < w.chunks {
+			if c, ok := w.check(); ok {
+				if r := m.roundFrom(w.region, id); r != nil {
+					r.assembly(w.region, w.chunks).add(w.chunk, c)
+				}
+				return
+			}
+		}
+	}
+	msg := &coordv1.Message{}
+	if err := proto.Unmarshal(b, msg); err != nil {
+		m.log.Warn("coord: dropping undecodable message", "err", err)
+		return
+	}
+	m.file(msg)
+}
+
+// roundFrom returns the round of a message of region from, or nil when
+// the message is to be ignored: from this region (the standby's own
+// reports are never needed: a new active reads its shares from Redis), of
+// an unknown region, or of a round not kept.
+func (m *Machine) roundFrom(from string, id roundID) *round {
+	if from == m.cfg.Region || !slices.Contains(m.cfg.Regions, from) {
+		return nil
+	}
+	return m.round(id)
+}
+
+// assembly returns the report of region from being assembled, starting
+// one of chunks chunks.
+func (r *round) assembly(from string, chunks uint32) *assembly {
+	a := r.reports[from]
+	if a == nil {
+		a = &assembly{chunks: chunks, parts: map[uint32]chunk{}}
+		r.reports[from] = a
+	}
+	return a
 }
 
 // round returns the round of id, creating it. Rounds that started more
