@@ -68,16 +68,26 @@ type KeyPlan struct {
 //   - a region that hears no other region shrinks toward Unit/n by Decay
 //     of its excess each epoch, and never grows.
 func Plan(self string, regions []Region, limit float64, p Params) KeyPlan {
+	var kp KeyPlan
+	PlanInto(&kp, self, regions, limit, p)
+	return kp
+}
+
+// PlanInto is Plan written into kp (zero, or a plan of PlanInto's), whose
+// slices it reuses when they have room: a caller that plans many keys in
+// turn (a coordinator plans every global key each epoch, up to millions)
+// allocates them once.
+func PlanInto(kp *KeyPlan, self string, regions []Region, limit float64, p Params) {
 	rs := canonical(regions)
 	n := len(rs)
-	kp := KeyPlan{
-		Self:    -1,
-		Regions: make([]string, n),
-		Heard:   make([]bool, n),
-		Prev:    make([]Share, n),
-		Target:  make([]Share, n),
-		Shrunk:  make([]Share, n),
+	kp.Self = -1
+	kp.Regions, kp.Heard = resize(kp.Regions, n), resize(kp.Heard, n)
+	if cap(kp.Prev) < n || cap(kp.Target) < n || cap(kp.Shrunk) < n {
+		shares := make([]Share, 3*n) // one allocation, not three
+		kp.Prev, kp.Target, kp.Shrunk = shares[:n:n], shares[n:2*n:2*n], shares[2*n:]
 	}
+	kp.Prev, kp.Target, kp.Shrunk = kp.Prev[:n], kp.Target[:n], kp.Shrunk[:n]
+	clear(kp.Target) // an unheard region's stays 0
 	var pool int64
 	var heard []int
 	var demands []Demand
@@ -101,10 +111,10 @@ func Plan(self string, regions []Region, limit float64, p Params) KeyPlan {
 	}
 	copy(kp.Shrunk, kp.Prev)
 	if kp.Self < 0 || !kp.Heard[kp.Self] {
-		return kp // self must always be in its own view; be inert if not
+		return // self must always be in its own view; be inert if not
 	}
 	floor := FloorShare(n, p.Floor)
-	for j, s := range Fair(Share(pool), limit, floor, demands) {
+	for j, s := range fair(make([]Share, len(demands)), Share(pool), limit, floor, demands) {
 		i := heard[j]
 		kp.Target[i] = s
 		kp.Shrunk[i] = min(kp.Prev[i], s)
@@ -112,7 +122,14 @@ func Plan(self string, regions []Region, limit float64, p Params) KeyPlan {
 	if len(heard) == 1 && n > 1 {
 		kp.Shrunk[kp.Self] = decay(kp.Prev[kp.Self], Default(n), p.Decay)
 	}
-	return kp
+}
+
+// resize returns s with length n, reusing its array when it has room.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }
 
 // decay moves prev toward fair by fraction d of its excess, rounding the
@@ -178,8 +195,17 @@ func (kp KeyPlan) Grow(group bool) Share {
 }
 
 // canonical sorts a copy of regions by name and drops duplicate names
-// (keeping the first), so the order of the inputs never matters.
+// (keeping the first), so the order of the inputs never matters. Regions
+// already in that order (a caller's usual input) are returned as they are:
+// Plan only reads them.
 func canonical(regions []Region) []Region {
+	sorted := true
+	for i := 1; i < len(regions) && sorted; i++ {
+		sorted = regions[i-1].Name < regions[i].Name
+	}
+	if sorted {
+		return regions
+	}
 	rs := make([]Region, 0, len(regions))
 	seen := make(map[string]bool, len(regions))
 	for _, r := range regions {

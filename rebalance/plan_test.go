@@ -72,3 +72,24 @@ func TestIsolatedRegionOnlyShrinksTowardFair(t *testing.T) {
 		t.Fatalf("isolated small region grew or shrank: %d", got)
 	}
 }
+
+// TestPlanIntoReusedIsPlan: a KeyPlan reused for key after key, of any
+// number of regions, heard or not, holds nothing of the keys before.
+func TestPlanIntoReusedIsPlan(t *testing.T) {
+	r := rand.New(rand.NewPCG(seed, 11))
+	var kp KeyPlan
+	for range 5000 {
+		n := 1 + r.IntN(6)
+		regions := make([]Region, n)
+		ds := randomDemands(r, n, 1000)
+		for i := range regions {
+			regions[i] = Region{Name: fmt.Sprintf("r%d", i), Heard: r.IntN(3) != 0, Demand: ds[i], Share: Share(r.Int64N(int64(Unit) / int64(n)))}
+		}
+		self := regions[r.IntN(n)].Name
+		p := Params{Floor: r.Float64(), Decay: r.Float64(), Headroom: r.Float64() / 4}
+		PlanInto(&kp, self, regions, 1000, p)
+		if want := Plan(self, regions, 1000, p); fmt.Sprint(kp) != fmt.Sprint(want) {
+			t.Fatalf("reused plan:\n%v\nfresh plan:\n%v", kp, want)
+		}
+	}
+}

@@ -10,6 +10,9 @@
 //	    --rate 3000 --duration 60s --keys hot --ideal-rate 100/s --ideal-burst 200 \
 //	    --csv load.csv --png load.png
 //
+//	# one region's traffic spread over its two nodes, request by request
+//	allot-load --target us=127.0.0.1:8081,us=127.0.0.1:8082,eu=127.0.0.1:9081 --rate 3000 --duration 30s
+//
 //	# closed loop: 32 workers as fast as answers come
 //	allot-load --target 127.0.0.1:8081 --concurrency 32 --duration 10s
 //
@@ -80,7 +83,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	c := &o.cfg
 	c.Template = &ratelimitv1.RateLimitRequest{}
 	fs := newFlags("allot-load", "ALLOT_LOAD_", stderr)
-	fs.StringVar(&o.targets, "target", "127.0.0.1:8081", "targets as region=addr,... (gRPC host:port, or HTTP host:port or base URL); a bare address is region \"default\"")
+	fs.StringVar(&o.targets, "target", "127.0.0.1:8081", "targets as region=addr,... (gRPC host:port, or HTTP host:port or base URL); a bare address is region \"default\"; "+
+		"a region named again gets another node, and its traffic is spread evenly over its nodes (us=host:8081,us=host:8082,eu=host:9081)")
 	fs.StringVar(&o.protocol, "protocol", "grpc", "grpc (CheckRateLimit) or http (POST /v1/check, JSON)")
 	fs.Float64Var(&c.Rate, "rate", 0, "open loop: requests per second over all targets; 0 runs closed loop")
 	fs.IntVar(&c.Concurrency, "concurrency", 64, "workers: most requests in flight (open loop) or the load itself (closed loop)")

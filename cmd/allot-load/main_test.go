@@ -54,7 +54,7 @@ func TestBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--keys", "pareto"},
 		{"--protocol", "quic"},
-		{"--target", "us=a:1,us=b:2"},
+		{"--target", "us=a:1,us=a:1"},
 		{"--shift-at", "1s"},
 		{"--ideal-burst", "5"},
 		{"--ideal-rate", "x/s"},

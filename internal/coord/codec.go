@@ -1,8 +1,10 @@
 package coord
 
 import (
+	"math"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -63,13 +65,240 @@ func encodeReport(region string, epoch, intervalMS int64, entries []entry, maxBy
 	return out
 }
 
-// decodeEntries undoes the front coding of one chunk.
+// decodeEntries undoes the front coding of one chunk. The chunk's keys
+// are written into one string, each entry's key a slice of it: one
+// allocation per chunk rather than per key. A prefix longer than the
+// previous key (a corrupt message) is cut to it, as frontcode.Decode does.
 func decodeEntries(es []*coordv1.Entry, dst []entry) []entry {
-	prev := ""
+	size, prev := 0, 0
 	for _, e := range es {
-		key := frontcode.Decode(prev, e.GetPrefix(), e.GetSuffix())
+		prev = min(int(e.GetPrefix()), prev) + len(e.GetSuffix())
+		size += prev
+	}
+	var b strings.Builder
+	b.Grow(size)
+	dst = slices.Grow(dst, len(es))
+	key := ""
+	for _, e := range es {
+		at := b.Len()
+		b.WriteString(key[:min(int(e.GetPrefix()), len(key))])
+		b.WriteString(e.GetSuffix())
+		key = b.String()[at:] // what a Builder wrote stays as it is
 		dst = append(dst, entry{key: key, rate: e.GetRate(), weight: e.GetWeight(), share: rebalance.Share(e.GetShare()), window: e.GetWindow(), used: e.GetUsed()})
-		prev = key
 	}
 	return dst
+}
+
+// reportWire is a message whose body is a report chunk, as it traveled:
+// its header and chunk numbers read, its entries still encoded.
+type reportWire struct {
+	region            string
+	epoch, intervalMS int64
+	chunk, chunks     uint32
+	body              []byte // the ReportChunk
+	entries           int
+}
+
+// readReportWire reads a message whose body is a report chunk, or reports
+// false: for an ack, or for a message it does not take as it comes (an
+// unknown field, a wrong wire type, invalid UTF-8, a report given twice),
+// which proto.Unmarshal is to decide. Only the chunk's top level is
+// checked here; its entries, by check.
+func readReportWire(b []byte) (w reportWire, ok bool) {
+	report := false
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return w, false
+		}
+		b = b[n:]
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 || !utf8.Valid(v) {
+				return w, false
+			}
+			w.region, b = string(v), b[n:]
+		case (num == 2 || num == 3) && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return w, false
+			}
+			if num == 2 {
+				w.epoch = int64(v)
+			} else {
+				w.intervalMS = int64(v)
+			}
+			b = b[n:]
+		case num == 4 && typ == protowire.BytesType && !report: // twice: proto merges
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return w, false
+			}
+			w.body, b, report = v, b[n:], true
+		default:
+			return w, false
+		}
+	}
+	if !report {
+		return w, false
+	}
+	for b := w.body; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return w, false
+		}
+		b = b[n:]
+		switch {
+		case (num == 1 || num == 2) && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return w, false
+			}
+			if num == 1 {
+				w.chunk = uint32(v)
+			} else {
+				w.chunks = uint32(v)
+			}
+			b = b[n:]
+		case num == 3 && typ == protowire.BytesType:
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return w, false
+			}
+			w.entries, b = w.entries+1, b[n:]
+		default:
+			return w, false
+		}
+	}
+	return w, true
+}
+
+// entriesOf yields the encoded entries of a chunk readReportWire read.
+func (w reportWire) entriesOf(yield func([]byte) bool) {
+	for b := w.body; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		b = b[n:]
+		if num != 3 {
+			b = b[protowire.ConsumeFieldValue(num, typ, b):]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if !yield(v) {
+			return
+		}
+		b = b[n:]
+	}
+}
+
+// chunk is a report chunk filed. Its entries are decoded once the report
+// is complete, then into one array of the report's size, where decoding
+// each on arrival and joining them after would copy the report again.
+type chunk interface {
+	len() int
+	appendTo(dst []entry) []entry
+}
+
+// protoChunk is the entries of a decoded message's chunk.
+type protoChunk []*coordv1.Entry
+
+func (c protoChunk) len() int                     { return len(c) }
+func (c protoChunk) appendTo(dst []entry) []entry { return decodeEntries(c, dst) }
+
+// wireChunk is a chunk as it traveled, checked.
+type wireChunk struct {
+	w        reportWire
+	keyBytes int // of its keys, front-decoded
+}
+
+// check checks every entry of the chunk as proto.Unmarshal would, or
+// reports false for one it does not take as it comes (as readReportWire).
+func (w reportWire) check() (wireChunk, bool) {
+	c := wireChunk{w: w}
+	prev := 0
+	for v := range w.entriesOf {
+		e, ok := parseEntry(v)
+		if !ok || !utf8.Valid(e.suffix) {
+			return c, false
+		}
+		prev = min(int(e.prefix), prev) + len(e.suffix)
+		c.keyBytes += prev
+	}
+	return c, true
+}
+
+func (c wireChunk) len() int { return c.w.entries }
+
+// appendTo decodes the entries as decodeEntries does a decoded chunk's,
+// the keys into one string.
+func (c wireChunk) appendTo(dst []entry) []entry {
+	var b strings.Builder
+	b.Grow(c.keyBytes)
+	dst = slices.Grow(dst, c.w.entries)
+	key := ""
+	for v := range c.w.entriesOf {
+		e, _ := parseEntry(v)
+		at := b.Len()
+		b.WriteString(key[:min(int(e.prefix), len(key))])
+		b.Write(e.suffix)
+		key = b.String()[at:] // what a Builder wrote stays as it is
+		dst = append(dst, entry{key: key, rate: e.rate, weight: e.weight, share: rebalance.Share(e.share), window: e.window, used: e.used})
+	}
+	return dst
+}
+
+// wireEntry is an Entry's fields, its suffix a slice of the message.
+type wireEntry struct {
+	prefix       uint32
+	suffix       []byte
+	rate, weight float32
+	share        uint32
+	window       int64
+	used         uint64
+}
+
+// parseEntry reads an encoded Entry (its suffix unchecked), or reports
+// false for one it does not take as it comes.
+func parseEntry(b []byte) (e wireEntry, ok bool) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return e, false
+		}
+		b = b[n:]
+		switch {
+		case num == 2 && typ == protowire.BytesType:
+			if e.suffix, n = protowire.ConsumeBytes(b); n < 0 {
+				return e, false
+			}
+		case (num == 3 || num == 4) && typ == protowire.Fixed32Type:
+			v, m := protowire.ConsumeFixed32(b)
+			if num == 3 {
+				e.rate = math.Float32frombits(v)
+			} else {
+				e.weight = math.Float32frombits(v)
+			}
+			n = m
+		case (num == 1 || num >= 5 && num <= 7) && typ == protowire.VarintType:
+			v, m := protowire.ConsumeVarint(b)
+			switch num {
+			case 1:
+				e.prefix = uint32(v)
+			case 5:
+				e.share = uint32(v)
+			case 6:
+				e.window = int64(v)
+			case 7:
+				e.used = v
+			}
+			n = m
+		default:
+			return e, false
+		}
+		if n < 0 {
+			return e, false
+		}
+		b = b[n:]
+	}
+	return e, true
 }

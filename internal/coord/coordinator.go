@@ -191,11 +191,11 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-timer.C:
-		case msg, ok := <-c.cfg.Transport.Messages():
+		case in, ok := <-c.cfg.Transport.Messages():
 			if !ok {
 				return errors.New("coord: transport closed")
 			}
-			c.inside(func() { c.m.Step(Received{msg}) })
+			c.inside(func() { c.m.Step(in) })
 		}
 	}
 }

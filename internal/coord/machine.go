@@ -51,11 +51,13 @@ type Machine struct {
 	renewAt time.Time // next lock renewal (active) or poll (standby); zero: none
 
 	active    bool
-	listening bool                                  // first epoch after becoming active: learn, do not act
-	own       map[string]rebalance.Share            // this region's shares in force, when not the default
-	weight    map[string]float64                    // smoothed demand of the keys this region reports
-	unsure    map[string]bool                       // keys whose last write failed: Redis may hold another share
-	last      map[string]map[string]rebalance.Share // region -> key -> its last heard share
+	listening bool                       // first epoch after becoming active: learn, do not act
+	own       map[string]rebalance.Share // this region's shares in force, when not the default
+	weight    map[string]float64         // smoothed demand of the keys this region reports
+	unsure    map[string]bool            // keys whose last write failed: Redis may hold another share
+	// last is each region's last complete report heard, one entry per key
+	// in key order: the shares of a region not heard this epoch.
+	last      map[string][]entry
 	lastDrain time.Time
 	rounds    map[roundID]*round
 	quota     quotas
@@ -130,8 +132,14 @@ func (rd *Ready) Empty() bool {
 type Input interface{ input() }
 
 // Received is a message from another region (or this region's own, which
-// is ignored).
-type Received struct{ Msg *coordv1.Message }
+// is ignored): Msg, or, when Msg is nil, Wire, the message as it traveled.
+// A report chunk on the wire is decoded straight into the machine's
+// entries, without the decoded message's allocation per entry (a report
+// of a million keys is a million entries per region and epoch).
+type Received struct {
+	Msg  *coordv1.Message
+	Wire []byte
+}
 
 // Drained is the region's demand since the previous Drain: tokens
 // (admitted plus denied) per key.
@@ -198,7 +206,7 @@ type epoch struct {
 	counts  map[string]QuotaCount
 	mine    []entry
 	heard   []string
-	plans   map[string]rebalance.KeyPlan
+	plans   *plans
 	writing []ShareUpdate
 	remote  []RemoteCount
 	ok      bool
@@ -214,12 +222,67 @@ type round struct {
 }
 
 type assembly struct {
-	chunks  uint32
-	got     map[uint32]bool
-	entries []entry
+	chunks uint32
+	parts  map[uint32]chunk // the chunks arrived, until all have
+	done   bool
+	// entries are the report's entries in chunk order and keyed the same
+	// with one entry per key, in key order; both are set once done.
+	entries, keyed []entry
 }
 
-func (a *assembly) complete() bool { return a.chunks > 0 && uint32(len(a.got)) == a.chunks }
+func (a *assembly) complete() bool { return a.done }
+
+// wants reports whether chunk ch of chunks is one to file: new, in range
+// and of the same count as the chunks before it.
+func (a *assembly) wants(ch, chunks uint32) bool {
+	_, dup := a.parts[ch]
+	return !dup && !a.done && ch < a.chunks && chunks == a.chunks
+}
+
+// add files chunk ch (wanted) and, when it was the last, decodes the
+// chunks in order into one array of the report's size.
+func (a *assembly) add(ch uint32, c chunk) {
+	a.parts[ch] = c
+	if uint32(len(a.parts)) < a.chunks {
+		return
+	}
+	n := 0
+	for _, p := range a.parts {
+		n += p.len()
+	}
+	a.entries = make([]entry, 0, n)
+	for i := range a.chunks {
+		a.entries = a.parts[i].appendTo(a.entries)
+	}
+	a.keyed, a.parts, a.done = byKey(a.entries), nil, true
+}
+
+// plans are an epoch's key plans, in key order. Every key's plan has the
+// same regions, heard set and self, so they are kept once and of each key
+// only its shares: a million keys' plans are two arrays, not millions of
+// small ones.
+type plans struct {
+	keys    []string
+	shares  []rebalance.Share // keys[i]'s Prev, Target and Shrunk, n each, from 3n·i
+	self    int
+	regions []string
+	heard   []bool
+}
+
+func (ps *plans) add(key string, kp *rebalance.KeyPlan) {
+	if len(ps.keys) == 0 {
+		ps.self, ps.regions, ps.heard = kp.Self, slices.Clone(kp.Regions), slices.Clone(kp.Heard)
+	}
+	ps.keys = append(ps.keys, key)
+	ps.shares = append(append(append(ps.shares, kp.Prev...), kp.Target...), kp.Shrunk...)
+}
+
+// plan returns keys[i]'s plan, whose slices are the stored ones: to read.
+func (ps *plans) plan(i int) rebalance.KeyPlan {
+	n := len(ps.regions)
+	s := ps.shares[3*n*i : 3*n*(i+1)]
+	return rebalance.KeyPlan{Self: ps.self, Regions: ps.regions, Heard: ps.heard, Prev: s[:n:n], Target: s[n : 2*n : 2*n], Shrunk: s[2*n:]}
+}
 
 // NewMachine checks cfg and returns a Machine, standby until its first
 // LockHeld{Held: true}.
@@ -254,7 +317,7 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 		own:    map[string]rebalance.Share{},
 		weight: map[string]float64{},
 		unsure: map[string]bool{},
-		last:   map[string]map[string]rebalance.Share{},
+		last:   map[string][]entry{},
 		rounds: map[roundID]*round{},
 		quota:  newQuotas(),
 		grow:   rebalance.KeyPlan.Grow,
@@ -372,7 +435,11 @@ func (m *Machine) Step(in Input) {
 	e := m.ep
 	switch in := in.(type) {
 	case Received:
-		m.file(in.Msg)
+		if in.Msg != nil {
+			m.file(in.Msg)
+		} else {
+			m.fileWire(in.Wire)
+		}
 	case Drained:
 		if e == nil || !e.wantDrain {
 			return
@@ -494,9 +561,11 @@ func (m *Machine) advance() {
 			}
 			m.heard(e.r)
 			keys := map[string]bool{}
-			for _, lm := range m.last {
-				for key := range lm {
-					keys[key] = true
+			for _, es := range m.last {
+				for _, e := range es {
+					if e.share != 0 {
+						keys[e.key] = true
+					}
 				}
 			}
 			e.stage, e.wantRead = stageRead, true
@@ -531,7 +600,7 @@ func (m *Machine) shrink(e *epoch) {
 	// counts against its limit.
 	m.fileQuotas(e.r, e.heard)
 	e.remote = m.quotaUpdates(e.start)
-	e.st.Heard, e.st.Keys = len(e.heard), len(e.plans)
+	e.st.Heard, e.st.Keys = len(e.heard), len(e.plans.keys)
 	e.writing = m.updates(e.plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Shrunk[kp.Self] }, e.k, true)
 	e.st.Written += len(e.writing)
 	e.stage, e.ok = stageShrink, true
@@ -576,36 +645,80 @@ func (m *Machine) takeOver(in SharesRead) {
 	m.log.Info("coord: took over", "keys", len(m.own))
 }
 
-// file stores a message in its round. Messages of this region (the
-// standby's own reports are never needed: a new active reads its shares
-// from Redis) and of unknown regions are ignored.
+// file stores a message in its round.
 func (m *Machine) file(msg *coordv1.Message) {
-	from := msg.GetRegion()
-	if from == m.cfg.Region || !slices.Contains(m.cfg.Regions, from) {
-		return
-	}
-	r := m.round(roundID{msg.GetEpoch(), msg.GetIntervalMs()})
+	r := m.roundFrom(msg.GetRegion(), roundID{msg.GetEpoch(), msg.GetIntervalMs()})
 	if r == nil {
 		return
 	}
+	from := msg.GetRegion()
 	switch b := msg.GetBody().(type) {
 	case *coordv1.Message_Report:
-		a := r.reports[from]
-		if a == nil {
-			a = &assembly{chunks: b.Report.GetChunks(), got: map[uint32]bool{}}
-			r.reports[from] = a
+		rc := b.Report
+		if a := r.assembly(from, rc.GetChunks()); a.wants(rc.GetChunk(), rc.GetChunks()) {
+			a.add(rc.GetChunk(), protoChunk(rc.GetEntries()))
 		}
-		ch := b.Report.GetChunk()
-		if ch >= a.chunks || a.got[ch] || b.Report.GetChunks() != a.chunks {
-			return
-		}
-		a.got[ch] = true
-		a.entries = decodeEntries(b.Report.GetEntries(), a.entries)
 	case *coordv1.Message_Ack:
 		if r.acks[from] == nil { // one ack per region and epoch: a duplicate changes nothing
 			r.acks[from] = b.Ack
 		}
 	}
+}
+
+// fileWire stores a message given as it traveled in its round: a report
+// chunk to file is decoded from the wire; anything else goes through
+// proto.Unmarshal and file, as the transport once did for every message,
+// so that what is filed, created or dropped is the same either way.
+func (m *Machine) fileWire(b []byte) {
+	if w, ok := readReportWire(b); ok {
+		if w.region == m.cfg.Region || !slices.Contains(m.cfg.Regions, w.region) {
+			return // this region's own (each comes back) or an unknown region's: ignored, whatever it holds
+		}
+		id := roundID{w.epoch, w.intervalMS}
+		var a *assembly
+		if r := m.rounds[id]; r != nil {
+			a = r.reports[w.region]
+		}
+		if a != nil && !a.wants(w.chunk, w.chunks) {
+			return // nothing to file, whatever it holds
+		}
+		if a != nil || w.chunk < w.chunks {
+			if c, ok := w.check(); ok {
+				if r := m.roundFrom(w.region, id); r != nil {
+					r.assembly(w.region, w.chunks).add(w.chunk, c)
+				}
+				return
+			}
+		}
+	}
+	msg := &coordv1.Message{}
+	if err := proto.Unmarshal(b, msg); err != nil {
+		m.log.Warn("coord: dropping undecodable message", "err", err)
+		return
+	}
+	m.file(msg)
+}
+
+// roundFrom returns the round of a message of region from, or nil when
+// the message is to be ignored: from this region (the standby's own
+// reports are never needed: a new active reads its shares from Redis), of
+// an unknown region, or of a round not kept.
+func (m *Machine) roundFrom(from string, id roundID) *round {
+	if from == m.cfg.Region || !slices.Contains(m.cfg.Regions, from) {
+		return nil
+	}
+	return m.round(id)
+}
+
+// assembly returns the report of region from being assembled, starting
+// one of chunks chunks.
+func (r *round) assembly(from string, chunks uint32) *assembly {
+	a := r.reports[from]
+	if a == nil {
+		a = &assembly{chunks: chunks, parts: map[uint32]chunk{}}
+		r.reports[from] = a
+	}
+	return a
 }
 
 // round returns the round of id, creating it. Rounds that started more
@@ -734,16 +847,34 @@ func (m *Machine) heard(r *round) []string {
 			continue
 		}
 		out = append(out, name)
-		s := make(map[string]rebalance.Share, len(a.entries))
-		for _, e := range a.entries {
-			if e.share != 0 {
-				s[e.key] = e.share
-			}
-		}
-		m.last[name] = s
+		m.last[name] = a.keyed
 	}
 	slices.Sort(out)
 	return out
+}
+
+// byKey returns es with one entry per key, in key order: es itself when
+// it already is (a report as encodeReport sends it), else a sorted copy in
+// which a key's last entry wins, as it would filling a map.
+func byKey(es []entry) []entry {
+	sorted := true
+	for i := 1; i < len(es) && sorted; i++ {
+		sorted = es[i-1].key < es[i].key
+	}
+	if sorted {
+		return es
+	}
+	out := slices.Clone(es)
+	slices.SortStableFunc(out, func(a, b entry) int { return strings.Compare(a.key, b.key) })
+	w := 0
+	for i := range out {
+		if i+1 < len(out) && out[i+1].key == out[i].key {
+			continue
+		}
+		out[w] = out[i]
+		w++
+	}
+	return out[:w]
 }
 
 func completeReports(r *round) int {
@@ -756,74 +887,115 @@ func completeReports(r *round) int {
 	return n
 }
 
-// plan runs rebalance.Plan for every key of the heard reports. Every
-// region's inputs are taken exactly as they travel (float32 demand), so
-// regions with the same heard set compute bit-identical plans.
-func (m *Machine) plan(r *round, mine []entry, heard []string, k Knobs) map[string]rebalance.KeyPlan {
+// plan runs rebalance.Plan for every key of the heard reports, in key
+// order. Every region's inputs are taken exactly as they travel (float32
+// demand), so regions with the same heard set compute bit-identical plans.
+//
+// Each region's inputs are a key-ordered list (its report when heard, its
+// last heard report otherwise), walked in step with the others: a merge,
+// so an epoch costs no map of its keys, and the plans come out sorted.
+func (m *Machine) plan(r *round, mine []entry, heard []string, k Knobs) *plans {
 	n := len(m.cfg.Regions)
 	def := rebalance.Default(n)
-	byRegion := map[string]map[string]entry{m.cfg.Region: index(mine)}
-	keys := map[string]bool{}
-	for _, e := range mine {
-		keys[e.key] = true
+	type side struct {
+		es    []entry
+		at    int // es[at:] are the entries not before the key planned
+		next  int // es[next:] hold the heard keys not planned yet
+		heard bool
+		self  bool
 	}
-	for _, name := range heard {
-		if a := r.reports[name]; a != nil && name != m.cfg.Region {
-			byRegion[name] = index(a.entries)
-			for _, e := range a.entries {
-				if e.window == 0 { // quota counts are not shared
-					keys[e.key] = true
-				}
-			}
+	sides := make([]side, n)
+	most := 0
+	for i, name := range m.cfg.Regions {
+		s := &sides[i]
+		switch a := r.reports[name]; {
+		case name == m.cfg.Region:
+			s.es, s.heard, s.self = byKey(mine), true, true
+		case a != nil && slices.Contains(heard, name):
+			s.es, s.heard = a.keyed, true
+		default:
+			s.es = m.last[name]
+		}
+		if s.heard {
+			most = max(most, len(s.es))
 		}
 	}
 	params := rebalance.Params{Floor: k.Floor, Decay: k.Decay, Headroom: k.Headroom}
-	plans := make(map[string]rebalance.KeyPlan, len(keys))
+	ps := &plans{keys: make([]string, 0, most), shares: make([]rebalance.Share, 0, 3*n*most)}
 	regions := make([]rebalance.Region, n)
-	for key := range keys {
+	var kp rebalance.KeyPlan
+	for {
+		// The next key: the least not yet planned of the heard reports
+		// (this region's own entries, the others' rate entries: quota
+		// counts are not shared).
+		key, found := "", false
+		for i := range sides {
+			s := &sides[i]
+			if !s.heard {
+				continue
+			}
+			for s.next < len(s.es) && !s.self && s.es[s.next].window != 0 {
+				s.next++
+			}
+			if s.next < len(s.es) && (!found || s.es[s.next].key < key) {
+				key, found = s.es[s.next].key, true
+			}
+		}
+		if !found {
+			return ps
+		}
+		for i := range sides {
+			s := &sides[i]
+			for s.at < len(s.es) && s.es[s.at].key < key {
+				s.at++
+			}
+			if s.heard && s.next < len(s.es) && s.es[s.next].key == key {
+				s.next++
+			}
+		}
 		lim, ok := m.cfg.Limits.Global(key)
 		if !ok {
 			continue
 		}
 		for i, name := range m.cfg.Regions {
-			reg := rebalance.Region{Name: name, Share: def}
-			if em, ok := byRegion[name]; ok {
-				reg.Heard = true
-				if e, ok := em[key]; ok {
+			s := &sides[i]
+			reg := rebalance.Region{Name: name, Heard: s.heard, Share: def}
+			if s.at < len(s.es) && s.es[s.at].key == key {
+				e := s.es[s.at]
+				if s.heard {
 					reg.Demand = rebalance.Demand{Rate: float64(e.rate), Weight: float64(e.weight)}
-					if e.share != 0 {
-						reg.Share = e.share
-					}
 				}
-			} else if s, ok := m.last[name][key]; ok {
-				reg.Share = s
+				if e.share != 0 {
+					reg.Share = e.share
+				}
 			}
 			regions[i] = reg
 		}
-		plans[key] = rebalance.Plan(m.cfg.Region, regions, lim.Rate, params)
+		rebalance.PlanInto(&kp, m.cfg.Region, regions, lim.Rate, params)
+		ps.add(key, &kp)
 	}
-	return plans
-}
-
-func index(es []entry) map[string]entry {
-	m := make(map[string]entry, len(es))
-	for _, e := range es {
-		m[e.key] = e
-	}
-	return m
 }
 
 // updates lists the keys whose share pick(plan) differs from the one in
-// force, sorted by key. With refresh it also lists the unchanged shares
-// that are not the default: rewriting them every epoch re-creates a
-// bucket that expired while idle (its share would otherwise fall back to
-// the default, which may be more than this region holds) and renews TTLs;
-// so are the keys whose last write failed, the default included (the
-// bucket may hold less than what is recorded, until it is rewritten).
-func (m *Machine) updates(plans map[string]rebalance.KeyPlan, pick func(rebalance.KeyPlan) rebalance.Share, k Knobs, refresh bool) []ShareUpdate {
+// force, sorted by key (as the plans are). With refresh it also lists the
+// unchanged shares that are not the default: rewriting them every epoch
+// re-creates a bucket that expired while idle (its share would otherwise
+// fall back to the default, which may be more than this region holds) and
+// renews TTLs; so are the keys whose last write failed, the default
+// included (the bucket may hold less than what is recorded, until it is
+// rewritten).
+func (m *Machine) updates(ps *plans, pick func(rebalance.KeyPlan) rebalance.Share, k Knobs, refresh bool) []ShareUpdate {
 	def := rebalance.Default(len(m.cfg.Regions))
-	var out []ShareUpdate
-	for key, kp := range plans {
+	// The writes are found first, then listed in one allocation of their
+	// final size: growing a list of a million updates copies it many
+	// times over.
+	type write struct {
+		plan     int32
+		now, cur rebalance.Share
+	}
+	ws := make([]write, 0, len(ps.keys))
+	for i, key := range ps.keys {
+		kp := ps.plan(i)
 		if kp.Self < 0 {
 			continue
 		}
@@ -835,11 +1007,18 @@ func (m *Machine) updates(plans map[string]rebalance.KeyPlan, pick func(rebalanc
 		if s == cur && (!refresh || (!ok && !m.unsure[key])) {
 			continue
 		}
-		lim, _ := m.cfg.Limits.Global(key)
-		old := Limit{Rate: cur.Of(lim.Rate), Burst: cur.Of(lim.Burst)}
-		out = append(out, ShareUpdate{Key: key, Share: s, Global: lim, Old: old, TTL: k.ShareTTL})
+		ws = append(ws, write{int32(i), s, cur})
 	}
-	slices.SortFunc(out, func(a, b ShareUpdate) int { return strings.Compare(a.Key, b.Key) })
+	if len(ws) == 0 {
+		return nil
+	}
+	out := make([]ShareUpdate, len(ws))
+	for i, w := range ws {
+		key := ps.keys[w.plan]
+		lim, _ := m.cfg.Limits.Global(key)
+		old := Limit{Rate: w.cur.Of(lim.Rate), Burst: w.cur.Of(lim.Burst)}
+		out[i] = ShareUpdate{Key: key, Share: w.now, Global: lim, Old: old, TTL: k.ShareTTL}
+	}
 	return out
 }
 

@@ -27,7 +27,7 @@ type NATSTransport struct {
 	region string
 	log    *slog.Logger
 	sub    *nats.Subscription
-	in     chan *coordv1.Message
+	in     chan Received
 
 	mu     sync.Mutex // guards closed and sends into in
 	closed bool
@@ -39,7 +39,7 @@ func NewNATSTransport(nc *nats.Conn, region string, log *slog.Logger) (*NATSTran
 	if log == nil {
 		log = slog.Default()
 	}
-	t := &NATSTransport{nc: nc, region: region, log: log, in: make(chan *coordv1.Message, inboxSize)}
+	t := &NATSTransport{nc: nc, region: region, log: log, in: make(chan Received, inboxSize)}
 	sub, err := demand.Subscribe(nc, SubjectPrefix+"*", t.receive)
 	if err != nil {
 		return nil, fmt.Errorf("coord: %w", err)
@@ -48,21 +48,18 @@ func NewNATSTransport(nc *nats.Conn, region string, log *slog.Logger) (*NATSTran
 	return t, nil
 }
 
+// receive passes a message on as it traveled: the machine decodes it
+// (Received.Wire). msg.Data is the message's own copy of the payload.
 func (t *NATSTransport) receive(msg *nats.Msg) {
-	m := &coordv1.Message{}
-	if err := proto.Unmarshal(msg.Data, m); err != nil {
-		t.log.Warn("coord: dropping undecodable message", "subject", msg.Subject, "err", err)
-		return
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return
 	}
 	select {
-	case t.in <- m:
+	case t.in <- Received{Wire: msg.Data}:
 	default:
-		t.log.Warn("coord: inbox full, dropping message", "from", m.GetRegion())
+		t.log.Warn("coord: inbox full, dropping message", "subject", msg.Subject)
 	}
 }
 
@@ -82,7 +79,7 @@ func (t *NATSTransport) Publish(ctx context.Context, m *coordv1.Message) error {
 }
 
 // Messages implements Transport.
-func (t *NATSTransport) Messages() <-chan *coordv1.Message { return t.in }
+func (t *NATSTransport) Messages() <-chan Received { return t.in }
 
 // MaxPayload implements Transport: the server's max payload.
 func (t *NATSTransport) MaxPayload() int { return int(t.nc.MaxPayload()) }

@@ -2,18 +2,22 @@ package coord
 
 import (
 	"context"
+	"fmt"
 	"sync"
+
+	"google.golang.org/protobuf/proto"
 
 	coordv1 "github.com/allot-dev/allot/proto/coord/v1"
 )
 
 // Transport carries coordinator messages between regions. Publish sends a
 // message to every region, the sender's own included; Messages delivers
-// what arrives, from all regions. Delivery is best effort: a lost message
-// only makes some region see a partition, which is safe.
+// what arrives, from all regions, as the machine's input (as it traveled:
+// Received.Wire). Delivery is best effort: a lost message only makes some
+// region see a partition, which is safe.
 type Transport interface {
 	Publish(ctx context.Context, m *coordv1.Message) error
-	Messages() <-chan *coordv1.Message
+	Messages() <-chan Received
 	// MaxPayload is the largest message the transport carries, in bytes.
 	MaxPayload() int
 	Close() error
@@ -39,7 +43,7 @@ func NewHub() *Hub {
 // Join returns a transport for a coordinator of region. Several
 // coordinators (an active and a standby) may join as the same region.
 func (h *Hub) Join(region string) Transport {
-	t := &memTransport{hub: h, region: region, in: make(chan *coordv1.Message, inboxSize)}
+	t := &memTransport{hub: h, region: region, in: make(chan Received, inboxSize)}
 	h.mu.Lock()
 	h.members[region] = append(h.members[region], t)
 	h.mu.Unlock()
@@ -75,7 +79,7 @@ func (h *Hub) Heal() {
 type memTransport struct {
 	hub    *Hub
 	region string
-	in     chan *coordv1.Message
+	in     chan Received
 
 	closeOnce sync.Once
 	mu        sync.Mutex // guards closed and sends into in
@@ -94,25 +98,31 @@ func (t *memTransport) Publish(ctx context.Context, m *coordv1.Message) error {
 		}
 	}
 	t.hub.mu.Unlock()
+	// Encoded as NATS carries it, so the hub's regions decode what they
+	// receive as NATSTransport's do.
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("coord: marshal: %w", err)
+	}
 	for _, r := range to {
-		r.deliver(m)
+		r.deliver(b)
 	}
 	return nil
 }
 
-func (t *memTransport) deliver(m *coordv1.Message) {
+func (t *memTransport) deliver(b []byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return
 	}
 	select {
-	case t.in <- m:
+	case t.in <- Received{Wire: b}:
 	default: // full: dropped, like a slow NATS consumer
 	}
 }
 
-func (t *memTransport) Messages() <-chan *coordv1.Message { return t.in }
+func (t *memTransport) Messages() <-chan Received { return t.in }
 
 func (t *memTransport) MaxPayload() int { return 1 << 20 }
 

@@ -158,7 +158,7 @@ func (n *vnet) runUntil(end time.Time) {
 				continue
 			}
 			d.to.m.Tick(n.now.Add(d.to.skew))
-			d.to.m.Step(Received{d.msg})
+			d.to.m.Step(Received{Msg: d.msg})
 			n.drive(d.to)
 		}
 		for _, mb := range n.members {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,32 +47,35 @@ func ParseProtocol(s string) (Protocol, error) {
 	return 0, fmt.Errorf("unknown protocol %q (want grpc or http)", s)
 }
 
-// Target is one region's address: host:port for gRPC, host:port or a base
-// URL (http://host:port) for HTTP.
+// Target is a node of a region, by address: host:port for gRPC, host:port
+// or a base URL (http://host:port) for HTTP. A region may have several
+// Targets (nodes): its share of the traffic goes to them in turn.
 type Target struct {
 	Region string
 	Addr   string
 }
 
-// ParseTargets parses "us=127.0.0.1:8081,eu=127.0.0.1:9081". A single
-// address without a name is region "default".
+// ParseTargets parses "us=127.0.0.1:8081,eu=127.0.0.1:9081"; a region
+// named again adds a node to it ("us=127.0.0.1:8081,us=127.0.0.1:8082").
+// An address without a name is region "default". Targets keep their
+// order; the same node given twice is refused.
 func ParseTargets(s string) ([]Target, error) {
 	var out []Target
-	seen := map[string]bool{}
+	seen := map[Target]bool{}
 	for _, part := range splitList(s) {
 		region, addr, ok := strings.Cut(part, "=")
 		if !ok {
 			region, addr = "default", part
 		}
-		region, addr = strings.TrimSpace(region), strings.TrimSpace(addr)
-		if region == "" || addr == "" {
+		t := Target{Region: strings.TrimSpace(region), Addr: strings.TrimSpace(addr)}
+		if t.Region == "" || t.Addr == "" {
 			return nil, fmt.Errorf("target %q: want region=address", part)
 		}
-		if seen[region] {
-			return nil, fmt.Errorf("target %q: region %q given twice", part, region)
+		if seen[t] {
+			return nil, fmt.Errorf("target %q given twice", part)
 		}
-		seen[region] = true
-		out = append(out, Target{Region: region, Addr: addr})
+		seen[t] = true
+		out = append(out, t)
 	}
 	if len(out) == 0 {
 		return nil, errors.New("no target given")
@@ -169,8 +173,33 @@ func ParseKeyField(s string) (KeyField, error) {
 	return 0, fmt.Errorf("unknown key field %q (want client, tenant or ip)", s)
 }
 
+// FormatTargets is the --target form of targets, the inverse of
+// ParseTargets.
+func FormatTargets(targets []Target) string {
+	parts := make([]string, len(targets))
+	for i, t := range targets {
+		parts[i] = t.Region + "=" + t.Addr
+	}
+	return strings.Join(parts, ",")
+}
+
+// regionsOf returns the regions of targets, each once, in the order they
+// first appear: the region indexes of the split, the recorder and the
+// report.
+func regionsOf(targets []Target) []string {
+	var out []string
+	for _, t := range targets {
+		if !slices.Contains(out, t.Region) {
+			out = append(out, t.Region)
+		}
+	}
+	return out
+}
+
 // Config is one load run. Zero values take the defaults noted.
 type Config struct {
+	// Targets are the regions' nodes; a region's share of the traffic is
+	// spread evenly over its nodes, request by request.
 	Targets  []Target
 	Protocol Protocol
 	// Rate is the open-loop target in requests per second over all

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -181,5 +182,36 @@ func TestParseIdeal(t *testing.T) {
 		if _, err := ParseIdeal(bad, 0); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+func TestParseTargets(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []Target
+	}{
+		{"us=a:1,eu=b:1", []Target{{"us", "a:1"}, {"eu", "b:1"}}},
+		{" us = a:1 , eu=b:1,us=a:2 ", []Target{{"us", "a:1"}, {"eu", "b:1"}, {"us", "a:2"}}},
+		{"a:1", []Target{{"default", "a:1"}}},
+		{"a:1,a:2", []Target{{"default", "a:1"}, {"default", "a:2"}}},
+		{"us=http://a:1,eu=a:1", []Target{{"us", "http://a:1"}, {"eu", "a:1"}}},
+	} {
+		got, err := ParseTargets(c.in)
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("ParseTargets(%q) = %v, %v; want %v", c.in, got, err, c.want)
+			continue
+		}
+		if back, err := ParseTargets(FormatTargets(got)); err != nil || !slices.Equal(back, got) {
+			t.Errorf("FormatTargets(%v) = %q, which parses to %v, %v", got, FormatTargets(got), back, err)
+		}
+	}
+	for _, bad := range []string{"", " , ", "us=", "=a:1", "us=a:1,us=a:1", "us=a:1,eu=b:1,us= a:1"} {
+		if got, err := ParseTargets(bad); err == nil {
+			t.Errorf("ParseTargets(%q) = %v, want an error", bad, got)
+		}
+	}
+	got, _ := ParseTargets("us=a:1,eu=b:1,us=a:2,ap=c:1,eu=b:2")
+	if regions := regionsOf(got); !slices.Equal(regions, []string{"us", "eu", "ap"}) {
+		t.Errorf("regions %v, want us, eu, ap in the order first named", regions)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 
@@ -18,19 +19,22 @@ import (
 type NoopServer struct {
 	lis  net.Listener
 	srv  *grpc.Server
+	svc  *noop
 	done chan struct{} // closed when Serve returns
 	err  error         // Serve's error; read only after done is closed
 }
 
 type noop struct {
 	ratelimitv1.UnimplementedRateLimiterServiceServer
+	checks atomic.Int64
 }
 
-func (noop) CheckRateLimit(context.Context, *ratelimitv1.RateLimitRequest) (*ratelimitv1.RateLimitResponse, error) {
+func (n *noop) CheckRateLimit(context.Context, *ratelimitv1.RateLimitRequest) (*ratelimitv1.RateLimitResponse, error) {
+	n.checks.Add(1)
 	return &ratelimitv1.RateLimitResponse{}, nil // Decision's zero value is ALLOWED
 }
 
-func (noop) CheckRateLimitBatch(_ context.Context, in *ratelimitv1.BatchRateLimitRequest) (*ratelimitv1.BatchRateLimitResponse, error) {
+func (*noop) CheckRateLimitBatch(_ context.Context, in *ratelimitv1.BatchRateLimitRequest) (*ratelimitv1.BatchRateLimitResponse, error) {
 	out := &ratelimitv1.BatchRateLimitResponse{Responses: make([]*ratelimitv1.RateLimitResponse, len(in.GetRequests()))}
 	for i := range out.Responses {
 		out.Responses[i] = &ratelimitv1.RateLimitResponse{}
@@ -46,8 +50,8 @@ func StartNoop(addr string) (*NoopServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	s := &NoopServer{lis: lis, srv: grpc.NewServer(), done: make(chan struct{})}
-	ratelimitv1.RegisterRateLimiterServiceServer(s.srv, noop{})
+	s := &NoopServer{lis: lis, srv: grpc.NewServer(), svc: &noop{}, done: make(chan struct{})}
+	ratelimitv1.RegisterRateLimiterServiceServer(s.srv, s.svc)
 	go func() {
 		defer close(s.done)
 		s.err = s.srv.Serve(lis)
@@ -57,6 +61,10 @@ func StartNoop(addr string) (*NoopServer, error) {
 
 // Addr is the listen address.
 func (s *NoopServer) Addr() string { return s.lis.Addr().String() }
+
+// Checks is the number of CheckRateLimit calls answered so far: what a
+// run sent this node, counted where it arrived.
+func (s *NoopServer) Checks() int64 { return s.svc.checks.Load() }
 
 // Done is closed when the server stops, by Close or by a serve error.
 func (s *NoopServer) Done() <-chan struct{} { return s.done }

@@ -130,20 +130,20 @@ type recorder struct {
 	measuredLat   hist // 3 digits
 }
 
-func newRecorder(start time.Time, cfg *Config) *recorder {
+func newRecorder(start time.Time, cfg *Config, regions int) *recorder {
 	n := int((cfg.Duration + cfg.Interval - 1) / cfg.Interval)
 	r := &recorder{
 		start:    start,
 		interval: cfg.Interval,
 		points:   make([]point, n),
-		regions:  make([]hist, len(cfg.Targets)),
+		regions:  make([]hist, regions),
 		lag:      hist{digits: 3},
 		service:  hist{digits: 3},
 		warmup:   cfg.Warmup,
 	}
 	r.measuredLat.digits = 3
 	for i := range r.points {
-		r.points[i].regions = make([]counts, len(cfg.Targets))
+		r.points[i].regions = make([]counts, regions)
 		r.points[i].latency.digits = 2
 	}
 	for i := range r.regions {

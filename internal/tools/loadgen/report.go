@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -92,7 +93,8 @@ func quantilesOf(h *hdrhistogram.Histogram) Quantiles {
 // RegionReport is one region's results.
 type RegionReport struct {
 	Region string
-	Addr   string
+	// Addr is the region's target, or its nodes' joined by commas.
+	Addr string
 	Counts
 	// Latency of answered requests (failed ones excluded), from when each
 	// was due (open loop) or sent (closed loop) to its answer.
@@ -212,7 +214,7 @@ func (g *gen) report(interrupted bool) *Report {
 		if h != nil {
 			all.Merge(h)
 		}
-		rr := RegionReport{Region: g.cfg.Targets[i].Region, Addr: g.cfg.Targets[i].Addr, Counts: countsOf(v), Latency: quantilesOf(h)}
+		rr := RegionReport{Region: g.regions[i].name, Addr: strings.Join(g.regions[i].addrs, ","), Counts: countsOf(v), Latency: quantilesOf(h)}
 		r.Regions = append(r.Regions, rr)
 		r.Total.add(rr.Counts)
 	}

@@ -24,6 +24,9 @@
 // for the region, of the offset at which i is due (the split can shift
 // mid-run). In open loop the offsets are fixed too, so two runs with the
 // same configuration send exactly the same requests to the same regions.
+// Within a region of several nodes the requests go to the nodes in turn,
+// in the order they are sent: each node gets an equal part, but which
+// request a node gets depends on timing.
 //
 // loadgen never sends to any address but the targets it is given.
 package loadgen
@@ -33,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -45,14 +49,14 @@ import (
 
 // gen is one run in progress.
 type gen struct {
-	cfg      Config
-	keys     *sampler
-	router   *router
-	checkers []Checker
-	rec      *recorder
-	start    time.Time
-	next     atomic.Int64 // the next request index to claim
-	cost     int64        // tokens one request takes, for the ideal
+	cfg     Config
+	keys    *sampler
+	router  *router
+	regions []*region // in regionsOf order
+	rec     *recorder
+	start   time.Time
+	next    atomic.Int64 // the next request index to claim
+	cost    int64        // tokens one request takes, for the ideal
 }
 
 // Run sends load as cfg says until cfg.Duration has passed,
@@ -74,23 +78,25 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load config: %w", err)
 	}
-	checkers, err := dialAll(&cfg)
+	regions, err := dialAll(&cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
-		for i, c := range checkers {
-			if err := c.Close(); err != nil {
-				cfg.Logger.Warn("closing client", "region", cfg.Targets[i].Region, "err", err)
+		for _, r := range regions {
+			for i, c := range r.nodes {
+				if err := c.Close(); err != nil {
+					cfg.Logger.Warn("closing client", "region", r.name, "addr", r.addrs[i], "err", err)
+				}
 			}
 		}
 	}()
-	g := &gen{cfg: cfg, keys: keys, router: rt, checkers: checkers, cost: 1}
+	g := &gen{cfg: cfg, keys: keys, router: rt, regions: regions, cost: 1}
 	if c := cfg.Template.GetTokenCost(); c > 0 {
 		g.cost = int64(c)
 	}
 	g.start = time.Now()
-	g.rec = newRecorder(g.start, &g.cfg)
+	g.rec = newRecorder(g.start, &g.cfg, len(regions))
 	cfg.Logger.Info("load starting", "targets", cfg.Targets, "protocol", cfg.Protocol, "rate", cfg.Rate,
 		"concurrency", cfg.Concurrency, "duration", cfg.Duration, "keys", cfg.Keys.String())
 
@@ -113,8 +119,37 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return g.report(ctx.Err() != nil), nil
 }
 
-func dialAll(cfg *Config) ([]Checker, error) {
-	var out []Checker
+// region is one region's nodes, by address and client. Its requests go
+// to the nodes in turn.
+type region struct {
+	name  string
+	addrs []string
+	nodes []Checker
+	next  atomic.Uint64
+}
+
+// node returns the client of the region's next request.
+func (r *region) node() Checker {
+	return r.nodes[(r.next.Add(1)-1)%uint64(len(r.nodes))]
+}
+
+// dialAll dials every target and groups the clients by region, in
+// regionsOf order.
+func dialAll(cfg *Config) ([]*region, error) {
+	names := regionsOf(cfg.Targets)
+	out := make([]*region, len(names))
+	for i, name := range names {
+		out[i] = &region{name: name}
+	}
+	closeAll := func() error {
+		var errs []error
+		for _, r := range out {
+			for _, c := range r.nodes {
+				errs = append(errs, c.Close())
+			}
+		}
+		return errors.Join(errs...)
+	}
 	for _, t := range cfg.Targets {
 		var c Checker
 		var err error
@@ -127,12 +162,10 @@ func dialAll(cfg *Config) ([]Checker, error) {
 			c, err = DialGRPC(t.Addr, cfg.Conns)
 		}
 		if err != nil {
-			for _, o := range out {
-				err = errors.Join(err, o.Close())
-			}
-			return nil, fmt.Errorf("target %s=%s: %w", t.Region, t.Addr, err)
+			return nil, errors.Join(fmt.Errorf("target %s=%s: %w", t.Region, t.Addr, err), closeAll())
 		}
-		out = append(out, c)
+		r := out[slices.Index(names, t.Region)]
+		r.addrs, r.nodes = append(r.addrs, t.Addr), append(r.nodes, c)
 	}
 	return out, nil
 }
@@ -193,7 +226,7 @@ func (g *gen) closedLoop(ctx context.Context) {
 	}
 }
 
-// choose returns request i's target and key: a pure function of (Seed,
+// choose returns request i's region and key: a pure function of (Seed,
 // i, at).
 func (g *gen) choose(i int64, at time.Duration) (region, key int) {
 	var src rand.PCG
@@ -226,12 +259,12 @@ func (g *gen) send(ctx context.Context, i int64, at time.Duration, due time.Time
 	req := g.request(key)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.Timeout)
 	sent := time.Now()
-	d, err := g.checkers[region].Check(rctx, req)
+	d, err := g.regions[region].node().Check(rctx, req)
 	end := time.Now()
 	cancel()
 	o := outcomeOf(d, err)
 	if err != nil {
-		g.cfg.Logger.Debug("check failed", "region", g.cfg.Targets[region].Region, "err", err)
+		g.cfg.Logger.Debug("check failed", "region", g.regions[region].name, "err", err)
 	}
 	g.rec.record(region, at, due, sent, end, key, g.cost, o)
 }

@@ -436,3 +436,51 @@ func TestBadConfigIsRejected(t *testing.T) {
 		}
 	}
 }
+
+// A region named twice is one region of two nodes: the split is between
+// regions, and each region's part is spread evenly over its nodes. The
+// counts are the servers' own.
+func TestRegionTrafficSpreadsOverItsNodes(t *testing.T) {
+	var noops []*loadgen.NoopServer
+	for range 3 {
+		s, err := loadgen.StartNoop("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := s.Close(); err != nil {
+				t.Error(err)
+			}
+		})
+		noops = append(noops, s)
+	}
+	us1, eu, us2 := noops[0], noops[1], noops[2]
+	targets, err := loadgen.ParseTargets("us=" + us1.Addr() + ",eu=" + eu.Addr() + ",us=" + us2.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 2000
+	rep := run(t, loadgen.Config{
+		Targets: targets, Concurrency: 8, Duration: time.Minute, MaxRequests: n,
+		Split: []loadgen.Weight{{Region: "us", Share: 0.5}, {Region: "eu", Share: 0.5}},
+	})
+	if len(rep.Regions) != 2 || rep.Regions[0].Region != "us" || rep.Regions[1].Region != "eu" {
+		t.Fatalf("regions %+v, want us then eu", rep.Regions)
+	}
+	if want := us1.Addr() + "," + us2.Addr(); rep.Regions[0].Addr != want {
+		t.Errorf("us address %q, want %q", rep.Regions[0].Addr, want)
+	}
+	a, b, e := us1.Checks(), us2.Checks(), eu.Checks()
+	t.Logf("us nodes %d and %d, eu %d", a, b, e)
+	if a+b != rep.Regions[0].Sent || e != rep.Regions[1].Sent || a+b+e != n {
+		t.Fatalf("servers counted us %d+%d eu %d; the report says us %d eu %d of %d", a, b, e, rep.Regions[0].Sent, rep.Regions[1].Sent, n)
+	}
+	if math.Abs(float64(e)-n/2) > 0.1*n/2 {
+		t.Errorf("eu got %d of %d, want about half: the split is per region, not per node", e, n)
+	}
+	for _, c := range []int64{a, b} {
+		if math.Abs(float64(c)-float64(a+b)/2) > 0.1*float64(a+b)/2 {
+			t.Errorf("us nodes got %d and %d, want about half of %d each", a, b, a+b)
+		}
+	}
+}

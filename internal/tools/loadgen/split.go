@@ -6,40 +6,41 @@ import (
 	"time"
 )
 
-// router picks a target index for a request due at offset at, from a
-// uniform u in [0, 1). Immutable once built.
+// router picks a region index (regionsOf) for a request due at offset
+// at, from a uniform u in [0, 1). Immutable once built.
 type router struct {
 	before, after []float64 // cumulative shares per target; after is nil without a shift
 	shiftAt       time.Duration
 }
 
 func newRouter(targets []Target, split []Weight, shiftAt time.Duration, shift []Weight) (*router, error) {
-	b, err := cumulative(targets, split)
+	regions := regionsOf(targets)
+	b, err := cumulative(regions, split)
 	if err != nil {
 		return nil, fmt.Errorf("split: %w", err)
 	}
 	r := &router{before: b, shiftAt: shiftAt}
 	if shiftAt > 0 {
-		if r.after, err = cumulative(targets, shift); err != nil {
+		if r.after, err = cumulative(regions, shift); err != nil {
 			return nil, fmt.Errorf("shift split: %w", err)
 		}
 	}
 	return r, nil
 }
 
-// cumulative turns region shares into cumulative fractions in target
-// order. No shares means an even split; a target a split leaves out gets
+// cumulative turns region shares into cumulative fractions in region
+// order. No shares means an even split; a region a split leaves out gets
 // no traffic.
-func cumulative(targets []Target, split []Weight) ([]float64, error) {
-	share := make([]float64, len(targets))
+func cumulative(regions []string, split []Weight) ([]float64, error) {
+	share := make([]float64, len(regions))
 	if len(split) == 0 {
 		for i := range share {
 			share[i] = 1
 		}
 	}
 	index := map[string]int{}
-	for i, t := range targets {
-		index[t.Region] = i
+	for i, r := range regions {
+		index[r] = i
 	}
 	seen := map[string]bool{}
 	for _, w := range split {
@@ -75,7 +76,7 @@ func cumulative(targets []Target, split []Weight) ([]float64, error) {
 	return share, nil
 }
 
-// pick returns the target for a request due at offset at.
+// pick returns the region for a request due at offset at.
 func (r *router) pick(at time.Duration, u float64) int {
 	cum := r.before
 	if r.after != nil && at >= r.shiftAt {

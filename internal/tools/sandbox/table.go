@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/allot-dev/allot/internal/coord"
+	"github.com/allot-dev/allot/internal/tools/loadgen"
 )
 
 // WriteTable prints where everything listens and commands to try it.
@@ -36,9 +37,11 @@ func (sb *Sandbox) WriteTable(w io.Writer) error {
 		return fmt.Errorf("sandbox: write table: %w", err)
 	}
 	first := sb.regions[0].NodeAddrs()[0]
-	var targets []string
+	var targets []loadgen.Target // every node: a region's traffic is spread over them
 	for _, r := range sb.regions {
-		targets = append(targets, r.Name+"="+r.NodeAddrs()[0])
+		for _, a := range r.NodeAddrs() {
+			targets = append(targets, loadgen.Target{Region: r.Name, Addr: a})
+		}
 	}
 	_, err := fmt.Fprintf(w, `
 policies: %s (global rate limits at L/%d per region until a coordinator writes a share;
@@ -49,7 +52,7 @@ try:
   grpcurl -plaintext -d '{"client_identifier":"k0"}' %s hispeeddesign.ratelimit.v1.RateLimiterService/CheckRateLimit
   go run ./cmd/allot-load --target %s \
       --key-field client --keys zipf --key-count 1000 --rate 3000 --duration 30s --ideal-rate 300
-`, displayPath(sb.cfg.Policies), len(sb.regions), sb.started.Round(10e6), first, strings.Join(targets, ","))
+`, displayPath(sb.cfg.Policies), len(sb.regions), sb.started.Round(10e6), first, loadgen.FormatTargets(targets))
 	if err != nil {
 		return fmt.Errorf("sandbox: write table: %w", err)
 	}

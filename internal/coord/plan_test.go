@@ -1,0 +1,132 @@
+package coord
+
+import (
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/allot-dev/allot/rebalance"
+)
+
+// TestPlanIsTheMapJoin: plan's merge of the key-ordered reports plans the
+// keys, and each as, looking every key up in each region's report: in
+// random rounds of keys some regions report and others not, quota counts,
+// keys of no global limit, and regions heard, unheard with a report heard
+// before, or never heard.
+func TestPlanIsTheMapJoin(t *testing.T) {
+	regions := []string{"ap", "eu", "us", "za"}
+	r := rand.New(rand.NewPCG(5, 6))
+	report := func(quotas bool) []entry {
+		var es []entry
+		for i := range 60 {
+			if r.IntN(2) == 0 {
+				continue
+			}
+			key := fmt.Sprintf("rl:{t=%d}:global:rps", i)
+			if i%9 == 0 {
+				key = fmt.Sprintf("rl:{t=%d}:local:rps", i) // not global
+			}
+			e := entry{key: key, rate: float32(r.IntN(400)), weight: float32(r.IntN(400))}
+			if r.IntN(3) > 0 {
+				e.share = rebalance.Share(r.Int64N(int64(rebalance.Unit) / 2))
+			}
+			if quotas && r.IntN(5) == 0 {
+				// A quota count, under a rate key's name so that planning
+				// it would show (quota counts name no key to plan).
+				e = entry{key: key, window: 20_000, used: uint64(r.IntN(100))}
+			}
+			es = append(es, e)
+		}
+		return byKey(es)
+	}
+	k := DefaultKnobs()
+	for range 500 {
+		m, err := NewMachine(MachineConfig{Region: "eu", Regions: regions, Limits: testLimits, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd := &round{reports: map[string]*assembly{}}
+		heard := []string{"eu"}
+		for _, name := range []string{"ap", "us", "za"} {
+			switch r.IntN(3) {
+			case 0:
+				es := report(true)
+				rd.reports[name] = &assembly{done: true, entries: es, keyed: es}
+				heard = append(heard, name)
+			case 1:
+				m.last[name] = report(true)
+			}
+		}
+		slices.Sort(heard)
+		mine := report(false)
+
+		got := m.plan(rd, mine, heard, k)
+		want := mapPlan(m, rd, mine, heard, k)
+		if keys := slices.Sorted(maps.Keys(want)); !slices.Equal(got.keys, keys) {
+			t.Fatalf("heard %v: planned keys %v, want %v", heard, got.keys, keys)
+		}
+		for i, key := range got.keys {
+			if g, w := fmt.Sprint(got.plan(i)), fmt.Sprint(want[key]); g != w {
+				t.Fatalf("heard %v, key %s: plan %s, want %s", heard, key, g, w)
+			}
+		}
+	}
+}
+
+// mapPlan is plan as a join through maps: every heard region's report
+// indexed by key, the keys those reports name (quota counts aside), and
+// the shares last heard from the others.
+func mapPlan(m *Machine, r *round, mine []entry, heard []string, k Knobs) map[string]rebalance.KeyPlan {
+	index := func(es []entry) map[string]entry {
+		out := map[string]entry{}
+		for _, e := range es {
+			out[e.key] = e
+		}
+		return out
+	}
+	byRegion := map[string]map[string]entry{m.cfg.Region: index(mine)}
+	keys := map[string]bool{}
+	for _, e := range mine {
+		keys[e.key] = true
+	}
+	for _, name := range heard {
+		if a := r.reports[name]; a != nil && name != m.cfg.Region {
+			byRegion[name] = index(a.entries)
+			for _, e := range a.entries {
+				if e.window == 0 {
+					keys[e.key] = true
+				}
+			}
+		}
+	}
+	def := rebalance.Default(len(m.cfg.Regions))
+	params := rebalance.Params{Floor: k.Floor, Decay: k.Decay, Headroom: k.Headroom}
+	plans := map[string]rebalance.KeyPlan{}
+	for key := range keys {
+		lim, ok := m.cfg.Limits.Global(key)
+		if !ok {
+			continue
+		}
+		var regions []rebalance.Region
+		for _, name := range m.cfg.Regions {
+			reg := rebalance.Region{Name: name, Share: def}
+			if em, ok := byRegion[name]; ok {
+				reg.Heard = true
+				if e, ok := em[key]; ok {
+					reg.Demand = rebalance.Demand{Rate: float64(e.rate), Weight: float64(e.weight)}
+					if e.share != 0 {
+						reg.Share = e.share
+					}
+				}
+			} else if e, ok := index(m.last[name])[key]; ok && e.share != 0 {
+				reg.Share = e.share
+			}
+			regions = append(regions, reg)
+		}
+		plans[key] = rebalance.Plan(m.cfg.Region, regions, lim.Rate, params)
+	}
+	return plans
+}
