@@ -95,20 +95,15 @@ func FloorShare(n int, fraction float64) Share {
 // that want order independence pass demands in a canonical order (Plan
 // sorts by region name).
 func Fair(pool Share, limit float64, floor Share, demands []Demand) []Share {
-	return fair(make([]Share, len(demands)), pool, limit, floor, demands)
-}
-
-// fair is Fair into out, which has len(demands) zero shares (Plan's is
-// its own, so a key's plan allocates no more for it).
-func fair(out []Share, pool Share, limit float64, floor Share, demands []Demand) []Share {
 	m := len(demands)
+	out := make([]Share, m)
 	if m == 0 || pool == 0 {
 		return out
 	}
 	P, F := float64(pool), float64(floor)
 	if P <= float64(m)*F {
 		// Not even the floors fit (a partition left little to split).
-		return quantize(out, P, equal(m, P/float64(m)), pool)
+		return quantize(P, equal(m, P/float64(m)), pool)
 	}
 	d := make([]float64, m)
 	needSum := 0.0
@@ -119,7 +114,7 @@ func fair(out []Share, pool Share, limit float64, floor Share, demands []Demand)
 		needSum += math.Max(F, d[i])
 	}
 	if needSum >= P {
-		return quantize(out, P, waterFill(P, F, d), pool)
+		return quantize(P, waterFill(P, F, d), pool)
 	}
 	spare := P - needSum
 	x := make([]float64, m)
@@ -135,7 +130,7 @@ func fair(out []Share, pool Share, limit float64, floor Share, demands []Demand)
 			x[i] += spare / float64(m)
 		}
 	}
-	return quantize(out, P, x, pool)
+	return quantize(P, x, pool)
 }
 
 // waterFill returns x_r = max(F, min(d_r, level)) with Σ x_r = P, for
@@ -173,11 +168,11 @@ func waterFill(P, F float64, d []float64) []float64 {
 	return x
 }
 
-// quantize rounds x down to integer shares into out (of len(x)) and,
-// should floating-point error leave the integers above pool, takes the
-// excess from the largest (the first of equals), so the result never sums
-// to more than pool.
-func quantize(out []Share, P float64, x []float64, pool Share) []Share {
+// quantize rounds x down to integer shares and, should floating-point
+// error leave the integers above pool, takes the excess from the largest
+// (the first of equals), so the result never sums to more than pool.
+func quantize(P float64, x []float64, pool Share) []Share {
+	out := make([]Share, len(x))
 	var sum int64
 	for i, v := range x {
 		v = math.Floor(math.Min(math.Max(v, 0), P))

@@ -114,7 +114,7 @@ func PlanInto(kp *KeyPlan, self string, regions []Region, limit float64, p Param
 		return // self must always be in its own view; be inert if not
 	}
 	floor := FloorShare(n, p.Floor)
-	for j, s := range fair(make([]Share, len(demands)), Share(pool), limit, floor, demands) {
+	for j, s := range Fair(Share(pool), limit, floor, demands) {
 		i := heard[j]
 		kp.Target[i] = s
 		kp.Shrunk[i] = min(kp.Prev[i], s)
