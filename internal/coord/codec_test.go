@@ -229,3 +229,26 @@ func TestReportAssemblesInChunkOrder(t *testing.T) {
 		t.Fatalf("byKey(%v) = %v", dup, got)
 	}
 }
+
+// FuzzFileWire: any bytes from the network are filed from the wire as the
+// message proto.Unmarshal decodes from them is, or dropped as it is, and
+// never panic.
+func FuzzFileWire(f *testing.F) {
+	for _, m := range encodeReport("us", 7, 10_000, mixedEntries(40), 512) {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, want := receiver(t), receiver(t)
+		got.Step(Received{Wire: b})
+		if msg := (&coordv1.Message{}); proto.Unmarshal(b, msg) == nil {
+			want.Step(Received{Msg: msg})
+		}
+		if d := sameRounds(got, want); d != "" {
+			t.Fatalf("from the wire / decoded: %s", d)
+		}
+	})
+}
