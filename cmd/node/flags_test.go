@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/cmd/internal/cli"
+	"github.com/allot-dev/allot/internal/node"
 	"github.com/allot-dev/allot/middleware"
 )
 
@@ -68,7 +69,7 @@ func TestPprofOnLoopbackOnly(t *testing.T) {
 		"127.0.0.1:9090": true, "localhost:9090": true, "[::1]:9090": true,
 		"0.0.0.0:9090": false, ":9090": false, "10.0.0.1:9090": false, "": false,
 	} {
-		assert.Equal(t, want, isLoopback(addr), addr)
+		assert.Equal(t, want, node.IsLoopbackAddr(addr), addr)
 	}
 }
 

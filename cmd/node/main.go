@@ -159,7 +159,7 @@ func run(args []string) error {
 		Transport:    tr,
 		Telemetry:    tel,
 		MetricsAddr:  *f.metricsAddr,
-		Pprof:        isLoopback(*f.metricsAddr),
+		Pprof:        node.IsLoopbackAddr(*f.metricsAddr), // profiles: this host only (kubectl port-forward)
 		MaxInFlight:  *f.maxInFlight,
 		DrainPeriod:  *f.drain,
 		GRPCLimits: node.GRPCLimits{
@@ -271,11 +271,6 @@ func storeURL(s string) string {
 	}
 	return "file:" + s
 }
-
-// isLoopback reports whether addr (HOST:PORT) listens on loopback only:
-// there the Go runtime profiles are served beside /metrics, reachable
-// from the node's own host (kubectl port-forward) and from no one else.
-func isLoopback(addr string) bool { return node.IsLoopbackAddr(addr) }
 
 // defaultGCPercent is the node's GC target. A node's live heap is small
 // (policies, buckets, leases: megabytes) while each check allocates (the
