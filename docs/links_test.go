@@ -307,31 +307,57 @@ func blank(b []byte, from, to int) {
 	}
 }
 
-// blankFences blanks fenced code blocks: a line of three or more ` or ~
-// opens one, a line of at least as many of the same closes it.
+// blankFences blanks fenced code blocks, fences included.
 func blankFences(text string) string {
+	lines := strings.Split(text, "\n")
+	start := make([]int, len(lines)+1) // byte offset of each line
+	for i, l := range lines {
+		start[i+1] = start[i] + len(l) + 1
+	}
 	b := []byte(text)
-	var fence string
-	off := 0
-	for _, line := range strings.SplitAfter(text, "\n") {
-		trimmed := strings.TrimLeft(line, " ")
-		indent := len(line) - len(trimmed)
-		trimmed = strings.TrimRight(trimmed, " \t\r\n")
-		if fence == "" {
-			if indent <= 3 && (strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~")) {
-				n := len(trimmed) - len(strings.TrimLeft(trimmed, trimmed[:1]))
-				fence = trimmed[:n]
-				blank(b, off, off+len(line))
-			}
-		} else {
-			blank(b, off, off+len(line))
-			if indent <= 3 && strings.HasPrefix(trimmed, fence) && strings.Trim(trimmed, fence[:1]) == "" {
-				fence = ""
-			}
-		}
-		off += len(line)
+	for _, f := range fences(lines) {
+		blank(b, start[f.open], min(start[min(f.close+1, len(lines))], len(b)))
 	}
 	return string(b)
+}
+
+// fence is one fenced code block of a Markdown document: the lines
+// (0-based) of its opening and closing fence (close is the line count
+// when it runs to the end), the opening fence's indentation and its info
+// string.
+type fence struct {
+	open, close, indent int
+	info                string
+}
+
+// fenceOpen matches an opening code fence: indentation, a run of three or
+// more backticks or tildes, and the info string.
+var fenceOpen = regexp.MustCompile("^( *)(`{3,}|~{3,})(.*)$")
+
+// fences returns the fenced code blocks of a document's lines, as
+// CommonMark reads them: a block ends at a line of the opening fence's
+// character at least as long as it, or at the end of the document; an
+// opening backtick fence's info string has no backtick.
+func fences(lines []string) []fence {
+	var out []fence
+	mark := ""
+	for i, line := range lines {
+		line = strings.TrimSuffix(line, "\r")
+		if mark == "" {
+			m := fenceOpen.FindStringSubmatch(line)
+			if m == nil || (m[2][0] == '`' && strings.Contains(m[3], "`")) {
+				continue
+			}
+			mark = m[2]
+			out = append(out, fence{open: i, close: len(lines), indent: len(m[1]), info: m[3]})
+			continue
+		}
+		if t := strings.TrimSpace(line); len(t) >= len(mark) && strings.Trim(t, mark[:1]) == "" {
+			out[len(out)-1].close = i
+			mark = ""
+		}
+	}
+	return out
 }
 
 // blankSpans blanks code spans: a run of n backticks up to the next run

@@ -45,57 +45,27 @@ type snippetBlock struct {
 
 func (b snippetBlock) name() string { return b.file + ":" + strconv.Itoa(b.line) }
 
-// snippetFenceOpen matches an opening code fence: indentation, a run of
-// three or more backticks or tildes, and the info string.
-var snippetFenceOpen = regexp.MustCompile("^( *)(`{3,}|~{3,})(.*)$")
-
 // snippetExtract returns the fenced blocks of md whose info string names
-// Go ("go" or "golang", any case). Fences follow CommonMark: a block ends
-// at a line of the same fence character at least as long as the opening
-// one, or at the end of the file; an opening backtick fence's info string
-// has no backtick.
+// Go ("go" or "golang", any case), each line without the fence's
+// indentation (a fence in a list item), as CommonMark reads it.
 func snippetExtract(file string, md []byte) []snippetBlock {
+	lines := strings.Split(string(md), "\n")
 	var out []snippetBlock
-	var cur *snippetBlock
-	var fence string
-	var body []string
-	for n, line := range strings.Split(string(md), "\n") {
-		n++
-		line = strings.TrimSuffix(line, "\r")
-		if fence == "" {
-			m := snippetFenceOpen.FindStringSubmatch(line)
-			if m == nil || (m[2][0] == '`' && strings.Contains(m[3], "`")) {
-				continue
-			}
-			fence = m[2]
-			if info := strings.Fields(m[3]); len(info) > 0 &&
-				(strings.EqualFold(info[0], "go") || strings.EqualFold(info[0], "golang")) {
-				cur = &snippetBlock{file: file, line: n, indent: len(m[1])}
-				body = body[:0]
-			}
+	for _, f := range fences(lines) {
+		info := strings.Fields(f.info)
+		if len(info) == 0 || !(strings.EqualFold(info[0], "go") || strings.EqualFold(info[0], "golang")) {
 			continue
 		}
-		if t := strings.TrimSpace(line); len(t) >= len(fence) && strings.Trim(t, fence[:1]) == "" {
-			fence = ""
-			if cur != nil {
-				cur.src = strings.Join(body, "\n") + "\n"
-				out = append(out, *cur)
-				cur = nil
-			}
-			continue
-		}
-		if cur != nil {
-			// Drop up to the fence's indentation, as CommonMark does.
+		body := make([]string, 0, f.close-f.open)
+		for _, line := range lines[f.open+1 : f.close] {
+			line = strings.TrimSuffix(line, "\r")
 			k := 0
-			for k < cur.indent && k < len(line) && line[k] == ' ' {
+			for k < f.indent && k < len(line) && line[k] == ' ' {
 				k++
 			}
 			body = append(body, line[k:])
 		}
-	}
-	if cur != nil { // unclosed: the block runs to the end of the file
-		cur.src = strings.Join(body, "\n") + "\n"
-		out = append(out, *cur)
+		out = append(out, snippetBlock{file: file, line: f.open + 1, indent: f.indent, src: strings.Join(body, "\n") + "\n"})
 	}
 	return out
 }
@@ -118,14 +88,7 @@ func TestSnippetsCompile(t *testing.T) {
 	}
 	snippetTrackInputs(t, root)
 
-	files := []string{"README.md", "ARCHITECTURE.md"}
-	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range docs {
-		files = append(files, "docs/"+filepath.Base(d))
-	}
+	files := documents(t, root)
 	var blocks []snippetBlock
 	for _, f := range files {
 		md, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(f)))
