@@ -75,7 +75,7 @@ func TestReportRoundTripsInChunksUnderMaxPayload(t *testing.T) {
 			t.Fatalf("chunk %d, as encodeReport makes it, is not read from the wire", i)
 		}
 		wire.Step(Received{Wire: b})
-		decoded.Step(Received{Msg: msgs[i]})
+		decoded.file(msgs[i])
 	}
 	slices.SortFunc(es, func(a, b entry) int { return strings.Compare(a.key, b.key) })
 	for name, m := range map[string]*Machine{"wire": wire, "decoded": decoded} {
@@ -163,7 +163,7 @@ func TestWireIsFiledAsTheDecodedMessage(t *testing.T) {
 			}
 			got.Step(Received{Wire: b})
 			if msg := (&coordv1.Message{}); proto.Unmarshal(b, msg) == nil {
-				want.Step(Received{Msg: msg})
+				want.file(msg)
 			}
 			if d := sameRounds(got, want); d != "" {
 				t.Fatalf("after %x:\nfrom the wire / decoded: %s", b, d)
@@ -245,7 +245,7 @@ func FuzzFileWire(f *testing.F) {
 		got, want := receiver(t), receiver(t)
 		got.Step(Received{Wire: b})
 		if msg := (&coordv1.Message{}); proto.Unmarshal(b, msg) == nil {
-			want.Step(Received{Msg: msg})
+			want.file(msg)
 		}
 		if d := sameRounds(got, want); d != "" {
 			t.Fatalf("from the wire / decoded: %s", d)

@@ -132,14 +132,10 @@ func (rd *Ready) Empty() bool {
 type Input interface{ input() }
 
 // Received is a message from another region (or this region's own, which
-// is ignored): Msg, or, when Msg is nil, Wire, the message as it traveled.
-// A report chunk on the wire is decoded straight into the machine's
-// entries, without the decoded message's allocation per entry (a report
-// of a million keys is a million entries per region and epoch).
-type Received struct {
-	Msg  *coordv1.Message
-	Wire []byte
-}
+// is ignored) as it traveled. A report chunk is decoded straight into the
+// machine's entries, without a decoded message's allocation per entry (a
+// report of a million keys is a million entries per region and epoch).
+type Received struct{ Wire []byte }
 
 // Drained is the region's demand since the previous Drain: tokens
 // (admitted plus denied) per key.
@@ -435,11 +431,7 @@ func (m *Machine) Step(in Input) {
 	e := m.ep
 	switch in := in.(type) {
 	case Received:
-		if in.Msg != nil {
-			m.file(in.Msg)
-		} else {
-			m.fileWire(in.Wire)
-		}
+		m.fileWire(in.Wire)
 	case Drained:
 		if e == nil || !e.wantDrain {
 			return

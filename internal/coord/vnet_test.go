@@ -158,7 +158,7 @@ func (n *vnet) runUntil(end time.Time) {
 				continue
 			}
 			d.to.m.Tick(n.now.Add(d.to.skew))
-			d.to.m.Step(Received{Msg: d.msg})
+			d.to.m.Step(Received{Wire: mustMarshal(d.msg)})
 			n.drive(d.to)
 		}
 		for _, mb := range n.members {
@@ -293,3 +293,12 @@ func traceReady(id string, rd *Ready) string {
 
 // rounds counts the epochs member mb ran as the active coordinator.
 func (mb *member) ran() int64 { return mb.m.Stats().Rounds }
+
+// mustMarshal is msg as it travels.
+func mustMarshal(msg *coordv1.Message) []byte {
+	b, err := proto.Marshal(msg)
+	if err != nil {
+		panic(err) // a message the machine built
+	}
+	return b
+}

@@ -1,9 +1,12 @@
 package sim
 
 import (
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/allot-dev/allot/internal/coord"
 	coordv1 "github.com/allot-dev/allot/proto/coord/v1"
@@ -168,6 +171,10 @@ func (s *Sim) coordFailover(reg *region, next *coordinator, delay time.Duration)
 // publish sends msg from region from to every other region, after the
 // region latency, unless a partition cuts the link at sending time.
 func (s *Sim) publish(from int, msg *coordv1.Message) {
+	wire, err := proto.Marshal(msg)
+	if err != nil {
+		panic(fmt.Sprintf("sim: a coordinator message does not marshal: %v", err)) // the machine built it
+	}
 	for to, reg := range s.regions {
 		if to == from || s.cut(from, to) {
 			continue
@@ -176,7 +183,7 @@ func (s *Sim) publish(from int, msg *coordv1.Message) {
 			if s.cut(from, to) {
 				return
 			}
-			reg.coord.step(coord.Received{Msg: msg})
+			reg.coord.step(coord.Received{Wire: wire})
 		})
 	}
 }
