@@ -7,9 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
+	"github.com/allot-dev/allot/cmd/internal/cli"
 	"github.com/allot-dev/allot/internal/tools/loadgen/sweep"
 )
 
@@ -55,7 +55,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("--levels: %w", err)
 		}
 	}
-	for _, p := range splitList(*pauses) {
+	for _, p := range cli.List(*pauses) {
 		d, err := time.ParseDuration(p)
 		if err != nil || d <= 0 || d >= *pauseEvery {
 			return fmt.Errorf("--pauses %q: want durations above 0 and below --pause-every (%v)", p, *pauseEvery)
@@ -98,14 +98,14 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // sweep's cases.
 func parseCases(precisions, keys string, keyCount int, limits string) ([]sweep.Case, error) {
 	var ps []string
-	for _, p := range splitList(precisions) {
+	for _, p := range cli.List(precisions) {
 		if p != "exact" && p != "leased" {
 			return nil, fmt.Errorf("--precision %q: want exact or leased", p)
 		}
 		ps = append(ps, p)
 	}
 	var ks []sweep.KeySet
-	for _, k := range splitList(keys) {
+	for _, k := range cli.List(keys) {
 		switch k {
 		case "uniform":
 			u := sweep.Uniform10k
@@ -118,7 +118,7 @@ func parseCases(precisions, keys string, keyCount int, limits string) ([]sweep.C
 		}
 	}
 	var ls []sweep.Limit
-	for _, l := range splitList(limits) {
+	for _, l := range cli.List(limits) {
 		switch l {
 		case "huge":
 			ls = append(ls, sweep.HugeLimit)
@@ -129,14 +129,4 @@ func parseCases(precisions, keys string, keyCount int, limits string) ([]sweep.C
 		}
 	}
 	return sweep.Cases(ps, ks, ls), nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for p := range strings.SplitSeq(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

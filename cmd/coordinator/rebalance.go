@@ -6,9 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
+	"github.com/allot-dev/allot/cmd/internal/cli"
 	"github.com/allot-dev/allot/internal/coord"
 	"github.com/allot-dev/allot/internal/policystore"
 )
@@ -50,7 +50,7 @@ func (f *rebalanceFlags) start(ctx context.Context, st policystore.Store, log *s
 	if *f.region == "" {
 		return func() {}, nil
 	}
-	regions := splitList(*f.regions)
+	regions := cli.List(*f.regions)
 	if *f.natsURL == "" || len(f.transport.redisAddrs) == 0 || len(regions) < 2 {
 		return nil, errors.New("--region needs --nats, --redis and --regions (at least two)")
 	}
@@ -67,14 +67,4 @@ func (f *rebalanceFlags) start(ctx context.Context, st policystore.Store, log *s
 		return nil, err
 	}
 	return c.Wait, nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for p := range strings.SplitSeq(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 
+	"github.com/allot-dev/allot/cmd/internal/cli"
 	"github.com/allot-dev/allot/internal/node"
 )
 
@@ -16,6 +17,6 @@ func gossipFlags(fs *flag.FlagSet) func(*node.Resilience) {
 	seeds := fs.String("gossip-seeds", "", "comma-separated gossip addresses of other nodes of the region (N for the limit/N fallback)")
 	return func(r *node.Resilience) {
 		r.GossipAddr = *addr
-		r.GossipSeeds = splitList(*seeds)
+		r.GossipSeeds = cli.List(*seeds)
 	}
 }

@@ -240,7 +240,7 @@ func grpcMaxInFlight(maxInFlight int) int {
 // parseIdentity reads --identity-headers: KIND=HEADER pairs.
 func parseIdentity(s string) (middleware.Identity, error) {
 	var id middleware.Identity
-	for _, p := range splitList(s) {
+	for _, p := range cli.List(s) {
 		kind, header, ok := strings.Cut(p, "=")
 		header = strings.TrimSpace(header)
 		var dst *string
@@ -289,14 +289,4 @@ func setGCPercent(log *slog.Logger) {
 	}
 	old := debug.SetGCPercent(defaultGCPercent)
 	log.Debug("gc target", "gc_percent", defaultGCPercent, "was", old)
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

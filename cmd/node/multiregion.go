@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 
+	"github.com/allot-dev/allot/cmd/internal/cli"
 	"github.com/allot-dev/allot/internal/node"
 )
 
@@ -15,6 +16,6 @@ func multiRegionFlags(fs *flag.FlagSet) func() node.MultiRegion {
 	regions := fs.String("regions", "", "multi-region: every region's name, comma-separated (this one included); a global limit enforces L/n here until the coordinator writes a share")
 	natsURL := fs.String("nats", "", "multi-region: NATS URL of this region's cluster (nats://[USER:PASSWORD@]HOST:PORT, tls:// for TLS); the node publishes per-key demand there for the coordinator every second")
 	return func() node.MultiRegion {
-		return node.MultiRegion{Region: *region, Regions: splitList(*regions), NATSURL: *natsURL}
+		return node.MultiRegion{Region: *region, Regions: cli.List(*regions), NATSURL: *natsURL}
 	}
 }

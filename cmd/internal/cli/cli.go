@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 
 	"github.com/allot-dev/allot/internal/envflag"
 )
@@ -42,4 +43,16 @@ func LogLevel(fs *flag.FlagSet, def string, w io.Writer) func() (*slog.Logger, e
 		}
 		return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), nil
 	}
+}
+
+// List splits a comma-separated flag value into its items, trimmed, with
+// empty items dropped ("a, b,," is a and b).
+func List(s string) []string {
+	var out []string
+	for p := range strings.SplitSeq(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -30,3 +30,8 @@ func TestParseAndLogLevel(t *testing.T) {
 	_, err = logger()
 	assert.ErrorContains(t, err, "--log-level")
 }
+
+func TestList(t *testing.T) {
+	assert.Equal(t, []string{"a", "b c", "d"}, List(" a, b c,,d ,"))
+	assert.Empty(t, List(" , "))
+}
