@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -46,7 +47,6 @@ type region struct {
 	alive  []*node
 	coord  *coordinator
 	demand map[string]float64
-	carry  float64 // fractional arrivals
 }
 
 // clock is the managers' lease.Clock: virtual time, never 0.
@@ -174,14 +174,14 @@ func (s *Sim) every(first, period int64, fn func()) {
 }
 
 // arrive generates one arrival tick's requests in every region, each for
-// a key of the distribution on a node of the region.
+// a key of the distribution on a node of the region. Arrivals are Poisson,
+// as independent clients make them: a region's count in a short window
+// is noisy, and the coordinators measure demand over short windows.
 func (s *Sim) arrive() {
 	dt := s.cfg.Arrival.Seconds()
 	s.rates = s.cfg.rates(time.Duration(s.now), s.rates)
 	for r, reg := range s.regions {
-		reg.carry += s.rates[r] * dt
-		n := int(reg.carry)
-		reg.carry -= float64(n)
+		n := poisson(s.rng, s.rates[r]*dt)
 		for range n {
 			k := s.dist.pick(s.rng)
 			s.met.arrived(r, k, s.now)
@@ -231,4 +231,21 @@ func (s *Sim) crash(nd *node) {
 			break
 		}
 	}
+}
+
+// poisson draws from the Poisson distribution of mean mean: Knuth's
+// product of uniforms, in parts of mean at most 16 (a sum of Poisson
+// draws is Poisson), so exp(-mean) never underflows; O(mean) draws.
+func poisson(rng *rand.Rand, mean float64) int {
+	n := 0
+	for mean > 0 {
+		part := min(mean, 16)
+		mean -= part
+		limit, p := math.Exp(-part), rng.Float64()
+		for p > limit {
+			n++
+			p *= rng.Float64()
+		}
+	}
+	return n
 }

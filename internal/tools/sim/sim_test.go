@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
 )
 
 var long = flag.Bool("sim.long", false, "run the long property set (200 scenarios)")
@@ -234,4 +236,25 @@ func TestCoordinatorFailoverTakesOver(t *testing.T) {
 	if r.MaxShareSum > 1 || r.MaxOvershootOverBound > 0 {
 		t.Errorf("bound broken: %+v", r)
 	}
+}
+
+// Arrivals are Poisson: mean and variance both the mean, small or large
+// (past the 16 at which one product of uniforms is split).
+func TestPoissonArrivals(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, mean := range []float64{0.3, 1.35, 40, 1000} {
+		const n = 20000
+		var sum, sq float64
+		for range n {
+			x := float64(poisson(rng, mean))
+			sum += x
+			sq += x * x
+		}
+		m := sum / n
+		v := sq/n - m*m
+		// Five standard errors of the mean; the variance within 10 %.
+		assert.InDelta(t, mean, m, 5*math.Sqrt(mean/n), "mean of Poisson(%v)", mean)
+		assert.InEpsilon(t, mean, v, 0.1, "variance of Poisson(%v)", mean)
+	}
+	assert.Zero(t, poisson(rng, 0))
 }
