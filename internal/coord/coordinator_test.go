@@ -94,6 +94,31 @@ func TestTrafficShiftConvergesWithinTwoIntervals(t *testing.T) {
 	assert.LessOrEqual(t, ran, int64(2+1), "rounds from the shift to converged shares")
 }
 
+// At production's interval the shares follow the demand of the interval's
+// last demandWindow only: a shift older than that is seen whole at the
+// next epoch, so the shares move within one interval. Averaged over the
+// whole interval, the epoch after this shift would read the falling
+// regions at (200+20)/2 = 110/s, above their fair 100/s, and move nothing.
+func TestSharesFollowTheEndOfTheInterval(t *testing.T) {
+	n := newVnet(t, "ap", "eu", "us")
+	k := testKnobs()
+	k.Interval, k.ShareTTL = 10*time.Second, time.Minute
+	for _, r := range n.regions {
+		n.add(r, r, k, 0, testLogger(t))
+	}
+	n.setDemand(testKey, 200, 200, 200)
+	require.True(t, n.within(time.Minute, func() bool { return n.minRounds() >= 2 }), "two epochs")
+	require.True(t, near(n.shares(testKey), []float64{1. / 3, 1. / 3, 1. / 3}, 0.01), "even shares: %v", n.shares(testKey))
+
+	iv := k.Interval.Nanoseconds()
+	next := time.Unix(0, (n.now.UnixNano()/iv+1)*iv) // epochs start on multiples of the interval
+	n.runUntil(next.Add(-k.Interval / 2))
+	n.setDemand(testKey, 20, 360, 20)
+	n.runUntil(next.Add(k.Interval / 10)) // that epoch and its two phases
+	assert.True(t, near(n.shares(testKey), []float64{20. / 300, 260. / 300, 20. / 300}, 0.001),
+		"shares %v one epoch after a shift half an interval old", n.shares(testKey))
+}
+
 // The partition rows of docs/multi-region.md: an isolated region only
 // decays toward Unit/n; the others redistribute only what they hold;
 // after healing all converge.

@@ -25,6 +25,7 @@ import (
 //
 // One epoch (docs/multi-region.md, "The epoch protocol"):
 //
+//	Tick(start - demandWindow) -> Ready{Drain}         (the window opens)
 //	Tick(epoch start)  -> Ready{Drain, Hold}
 //	Step(Drained), Step(LockHeld)
 //	                   -> Ready{ReadCounts}            (global quotas only)
@@ -59,10 +60,14 @@ type Machine struct {
 	// in key order: the shares of a region not heard this epoch.
 	last      map[string][]entry
 	lastDrain time.Time
-	rounds    map[roundID]*round
-	quota     quotas
-	ran       int64
-	stats     Stats
+	// The window drain of the epoch starting at windowFor was asked at
+	// windowAsk; windowing: its Drained is awaited.
+	windowFor, windowAsk time.Time
+	windowing            bool
+	rounds               map[roundID]*round
+	quota                quotas
+	ran                  int64
+	stats                Stats
 
 	ep       *epoch // the epoch under way, nil between epochs
 	renewing bool   // a renewal's LockHeld is awaited between epochs
@@ -348,6 +353,9 @@ func (m *Machine) Next() time.Time {
 		return time.Time{}
 	}
 	next := m.next
+	if w := m.windowAt(); m.ep == nil && !w.IsZero() {
+		next = w
+	}
 	if m.ep != nil {
 		phase := m.ep.phase()
 		switch m.ep.stage {
@@ -394,10 +402,31 @@ func (m *Machine) Tick(now time.Time) {
 			m.renewing = true
 		}
 	}
+	if w := m.windowAt(); m.ep == nil && !w.IsZero() && !now.Before(w) && now.Before(m.next) {
+		m.out.Drain, m.windowing, m.windowFor, m.windowAsk = true, true, m.next, now
+	}
 	if m.ep == nil && !now.Before(m.next) {
 		m.begin()
 	}
 	m.advance()
+}
+
+// demandWindow is the end of each interval whose demand the shares follow
+// (the whole interval when it is shorter): a shift older than the window
+// plus the nodes' publication lag is seen whole at the next epoch, not
+// averaged with the traffic before it. Three seconds hold exactly three of
+// each node's 1 s snapshots (demand.Publisher), so no node's rate is read a
+// snapshot short or long.
+const demandWindow = 3 * time.Second
+
+// windowAt is when the next epoch's demand window opens, zero when it is
+// not to be drained for: the window is the whole interval, or its drain
+// was asked already.
+func (m *Machine) windowAt() time.Time {
+	if demandWindow >= m.knobs.Interval || m.windowFor.Equal(m.next) {
+		return time.Time{}
+	}
+	return m.next.Add(-demandWindow)
 }
 
 // nextStart is the start of the first epoch after t.
@@ -433,11 +462,19 @@ func (m *Machine) Step(in Input) {
 	case Received:
 		m.fileWire(in.Wire)
 	case Drained:
-		if e == nil || !e.wantDrain {
+		switch {
+		case e != nil && e.wantDrain:
+			e.wantDrain, m.windowing = false, false
+			e.rates = m.drain(e.start, in.Tokens)
+		case m.windowing:
+			// The demand before the window: quota keys still note it,
+			// shares do not follow it.
+			m.windowing, m.lastDrain = false, m.windowAsk
+			m.noteDemand(in.Tokens, m.windowAsk)
+			return
+		default:
 			return
 		}
-		e.wantDrain = false
-		e.rates = m.drain(e.start, in.Tokens)
 	case LockHeld:
 		if in.Err != nil {
 			m.log.Warn("coord: lock", "err", in.Err)
@@ -777,7 +814,7 @@ func (m *Machine) elect(held bool) {
 func (m *Machine) drain(now time.Time, tokens map[string]float64) map[string]float64 {
 	secs := now.Sub(m.lastDrain).Seconds()
 	m.lastDrain = now
-	m.noteDemand(slices.Sorted(maps.Keys(tokens)), now)
+	m.noteDemand(tokens, now)
 	if secs <= 0 {
 		secs = 1e-3
 	}

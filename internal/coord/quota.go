@@ -68,11 +68,11 @@ func (q *quotas) reset() {
 }
 
 // noteDemand remembers the global quota keys this region's nodes used.
-func (m *Machine) noteDemand(keys []string, now time.Time) {
+func (m *Machine) noteDemand(tokens map[string]float64, now time.Time) {
 	if m.cfg.Quotas == nil {
 		return
 	}
-	for _, key := range keys {
+	for key := range tokens {
 		if _, ok := m.cfg.Quotas.Quota(key); ok {
 			m.quota.local[key] = now
 		}

@@ -50,7 +50,8 @@ type member struct {
 	m          *Machine
 	skew       time.Duration // its clock minus the virtual clock
 	rates      map[string]float64
-	lastDrain  time.Time
+	tokens     map[string]float64 // demand since the last drain, up to accrued
+	accrued    time.Time
 	stopped    bool
 	lockTTL    time.Duration // 0: no lock, always active
 	rounds     []Round
@@ -93,7 +94,7 @@ func (n *vnet) add(id, region string, k Knobs, lockTTL time.Duration, log *slog.
 	if err != nil {
 		panic(err) // a test's own configuration
 	}
-	mb := &member{id: id, region: region, m: m, rates: map[string]float64{}, lastDrain: n.now, lockTTL: lockTTL}
+	mb := &member{id: id, region: region, m: m, rates: map[string]float64{}, tokens: map[string]float64{}, accrued: n.now, lockTTL: lockTTL}
 	n.members = append(n.members, mb)
 	return mb
 }
@@ -108,10 +109,20 @@ func (n *vnet) stop(mb *member, release bool) {
 }
 
 // setDemand sets every region's demand of key (tokens/s), in n.regions'
-// order.
+// order, from now on.
 func (n *vnet) setDemand(key string, rates ...float64) {
 	for _, mb := range n.members {
+		mb.accrue(n.now)
 		mb.rates[key] = rates[slices.Index(n.regions, mb.region)]
+	}
+}
+
+// accrue counts the demand at the rates in force up to now.
+func (mb *member) accrue(now time.Time) {
+	secs := now.Sub(mb.accrued).Seconds()
+	mb.accrued = now
+	for k, r := range mb.rates {
+		mb.tokens[k] += r * secs
 	}
 }
 
@@ -217,12 +228,9 @@ func (n *vnet) drive(mb *member) {
 			}
 		}
 		if rd.Drain {
-			secs := n.now.Sub(mb.lastDrain).Seconds()
-			mb.lastDrain = n.now
-			tokens := map[string]float64{}
-			for k, r := range mb.rates {
-				tokens[k] = r * secs
-			}
+			mb.accrue(n.now)
+			tokens := mb.tokens
+			mb.tokens = map[string]float64{}
 			mb.m.Step(Drained{tokens})
 		}
 		if rd.Hold {
