@@ -53,8 +53,10 @@ type Knobs struct {
 // heavy hitters above 10% of their fair rate, quota counts travelling
 // from 1% of their fair part, a floor of 10% of the fair
 // share (so a region whose key does not travel keeps what it may be
-// using), 10% headroom over measured demand, smoothing 0.5, decay 0.25
-// per epoch, shares kept 1 h.
+// using), 5% headroom over measured demand (every served region's
+// headroom is taken from the throttled ones: at 10% two quiet regions of
+// three left 5% of L unused; docs/simulation.md, "Accuracy"), smoothing
+// 0.5, decay 0.25 per epoch, shares kept 1 h.
 func DefaultKnobs() Knobs {
 	return Knobs{
 		Interval:    10 * time.Second,
@@ -63,7 +65,7 @@ func DefaultKnobs() Knobs {
 		// 1% of L/n: n-1 regions' untravelled counts stay under 1% of L.
 		QuotaThreshold: 0.01,
 		Floor:          0.1,
-		Headroom:       0.1,
+		Headroom:       0.05,
 		Smoothing:      0.5,
 		Decay:          0.25,
 		ShareTTL:       time.Hour,

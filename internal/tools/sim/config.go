@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/allot-dev/allot/internal/coord"
 )
 
 // Config is one scenario.
@@ -112,10 +114,11 @@ type CoordFailover struct {
 
 // Default is the scenario the flags start from: production defaults.
 func Default() Config {
+	k := coord.DefaultKnobs()
 	return Config{
 		Seed: 1, Duration: time.Minute, Regions: 3, Nodes: 2, Keys: 1, Dist: "zipf", ZipfS: 1.1, HotFrac: 1,
-		Rate: 3000, Limit: 300, TTL: 2 * time.Second, TargetPeriod: time.Second, Interval: 10 * time.Second,
-		Headroom: 0.1, Gather: 0.25, DemandPeriod: time.Second, RedisRTT: time.Millisecond,
+		Rate: 3000, Limit: 300, TTL: 2 * time.Second, TargetPeriod: time.Second, Interval: k.Interval,
+		Headroom: k.Headroom, Gather: k.Gather, DemandPeriod: time.Second, RedisRTT: time.Millisecond,
 		RegionLatency: 40 * time.Millisecond, Arrival: time.Millisecond, Track: 8,
 	}
 }
