@@ -35,6 +35,7 @@ type metrics struct {
 	burst    float64
 
 	leaseCalls int64
+	exactCalls int64
 	maxShares  float64 // largest sum of shares in force of one key, / Unit
 }
 

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/lease"
 )
 
@@ -19,7 +20,11 @@ type node struct {
 	idx   int
 	m     *lease.Manager
 	lim   *lease.Limit
+	spec  algorithm.Spec // the limit's numbers when no share is written
 	alive bool
+	// exactDemand is the tokens of the exact path's checks since the last
+	// publish, per Redis key.
+	exactDemand map[string]float64
 	// waiters are the requests that found no tokens and wait for their
 	// key's refill: per key, each one's attempts so far.
 	waiters  map[int][]uint8
@@ -136,6 +141,8 @@ func (nd *node) take(k int, attempts uint8) {
 	var r lease.Result
 	err := nd.m.TakeTo(s.expired, nd.lim, s.subjects[k], 1, &r)
 	switch {
+	case err == nil && r.Exact:
+		nd.exact(k)
 	case err == nil:
 		s.met.decided(nd.reg.idx, k, s.now, r.Allowed)
 	case errors.Is(err, context.DeadlineExceeded) && attempts+1 < maxAttempts:
@@ -147,6 +154,27 @@ func (nd *node) take(k int, attempts uint8) {
 	default:
 		s.met.decided(nd.reg.idx, k, s.now, false)
 	}
+}
+
+// exact decides one request for cold key k on the exact path: check.lua
+// on the region bucket, a round trip away. Its demand is published with
+// the leases'. A node that crashed meanwhile never answers (denied); what
+// the script took stays taken.
+func (nd *node) exact(k int) {
+	s := nd.s
+	s.met.exactCalls++
+	there := int64(s.cfg.RedisRTT / 2)
+	s.q.push(s.now+there, func() {
+		ok := nd.reg.store.check(s.now/1000, k, nd.spec)
+		s.q.push(s.now+int64(s.cfg.RedisRTT)-there, func() {
+			if !nd.alive {
+				s.met.decided(nd.reg.idx, k, s.now, false)
+				return
+			}
+			nd.exactDemand[keyFn(subject(k))]++
+			s.met.decided(nd.reg.idx, k, s.now, ok)
+		})
+	})
 }
 
 // crash stops the node as a crash would: calls in flight fail (what they

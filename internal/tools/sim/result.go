@@ -34,9 +34,11 @@ type Result struct {
 	// fraction of L (Theorem 1: <= 1).
 	MaxShareSum float64 `json:"max_share_sum"`
 	LeaseCalls  int64   `json:"lease_calls"`
-	Epochs      int     `json:"epochs"`
-	Stranded    int64   `json:"stranded"`
-	LostWrites  int     `json:"lost_writes"`
+	// ExactCalls counts the checks of cold keys decided on the exact path.
+	ExactCalls int64 `json:"exact_calls"`
+	Epochs     int   `json:"epochs"`
+	Stranded   int64 `json:"stranded"`
+	LostWrites int   `json:"lost_writes"`
 
 	Regions   []RegionResult `json:"-"`
 	Intervals []Interval     `json:"-"`
@@ -73,7 +75,7 @@ type Point struct {
 func (s *Sim) result() *Result {
 	m := s.met
 	c := s.cfg
-	res := &Result{cfg: c, hotRate: c.Rate * s.dist.weight(0), LeaseCalls: m.leaseCalls, Stranded: s.stranded, LostWrites: s.undone, MaxShareSum: round(m.maxShares, 6)}
+	res := &Result{cfg: c, hotRate: c.Rate * s.dist.weight(0), LeaseCalls: m.leaseCalls, ExactCalls: m.exactCalls, Stranded: s.stranded, LostWrites: s.undone, MaxShareSum: round(m.maxShares, 6)}
 	secs := int(c.Duration / time.Second)
 	for i := range m.offered {
 		res.Offered += m.offered[i]
@@ -163,8 +165,8 @@ func (r *Result) Write(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(&b, "all keys: offered %d, admitted %d, ideal bucket %d (%.2f %%); lease calls %d; epochs %d\n",
-		r.Offered, r.Admitted, r.Ideal, 100*r.AdmittedOverIdeal, r.LeaseCalls, r.Epochs)
+	fmt.Fprintf(&b, "all keys: offered %d, admitted %d, ideal bucket %d (%.2f %%); lease calls %d; exact checks %d; epochs %d\n",
+		r.Offered, r.Admitted, r.Ideal, 100*r.AdmittedOverIdeal, r.LeaseCalls, r.ExactCalls, r.Epochs)
 	fmt.Fprintf(&b, "worst window: %s (%.1f %% of the bound)\n", r.WorstWindow, 100*(1+r.MaxOvershootOverBound))
 	if len(r.Intervals) > 0 {
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -102,9 +102,9 @@ func build(c Config) (*Sim, error) {
 	}
 	for _, reg := range s.regions {
 		for i := range c.Nodes {
-			nd := &node{s: s, reg: reg, idx: i, alive: true}
+			nd := &node{s: s, reg: reg, idx: i, alive: true, spec: nodeSpec, exactDemand: map[string]float64{}}
 			m, err := lease.New(lease.Options{
-				Source: source{nd}, Clock: clock{s}, SweepEvery: -1, Executor: nd.execute, FixedHash: true,
+				Source: source{nd}, Clock: clock{s}, SweepEvery: -1, Executor: nd.execute, FixedHash: true, ColdExact: true, // as node runs it
 				Defaults: lease.Config{TTL: c.TTL, TargetPeriod: c.TargetPeriod},
 				Logger:   slog.New(slog.DiscardHandler),
 			})
@@ -204,7 +204,8 @@ func (nd *node) publish() {
 	if !nd.alive {
 		return
 	}
-	d := map[string]float64{}
+	d := nd.exactDemand // the exact path's, as decide's DrainDemand
+	nd.exactDemand = map[string]float64{}
 	nd.m.DrainDemand(func(key string, admitted, denied int64) {
 		d[key] += float64(max(0, admitted) + max(0, denied))
 	})

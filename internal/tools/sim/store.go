@@ -132,6 +132,19 @@ func (s *store) lease(now int64, keys []int, g lease.Group) lease.Reply {
 	return r
 }
 
+// check is check.lua's token bucket for one token: allowed when the
+// bucket holds it, which it then takes; a denial changes nothing.
+func (s *store) check(now int64, k int, spec algorithm.Spec) bool {
+	rate, burst := s.b[k].numbers(spec)
+	b := s.b[k].refilled(now, rate, burst)
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	s.write(now, k, b)
+	return true
+}
+
 // giveBack is return.lua for one item: credit max(0, unspent - rate·age),
 // capped at the burst; a missing bucket is full already.
 func (s *store) giveBack(now int64, k int, it lease.ReturnItem) int64 {
