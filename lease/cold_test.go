@@ -12,7 +12,7 @@ import (
 // With ColdExact (and ColdHits 2) a key not seen within half its lease
 // TTL is sent to the exact path (nothing taken, no lease call); a key
 // checked again within that time leases as usual; a global-scope limit
-// always leases.
+// alike (its exact checks report their demand through decide).
 func TestColdKeysGoExact(t *testing.T) {
 	clk := NewManualClock()
 	src := newFake(clk)
@@ -51,8 +51,10 @@ func TestColdKeysGoExact(t *testing.T) {
 	assert.True(t, take(lim, "k").Exact)
 
 	glob := newLimit(t, m, spec(100, time.Second, 100), cfg, true)
+	assert.True(t, take(glob, "g").Exact, "a cold global key: exact")
+	clk.Advance(500 * time.Millisecond)
 	r = take(glob, "g")
-	assert.False(t, r.Exact, "global-scope limits always lease")
+	assert.False(t, r.Exact, "a global key seen again soon: leased")
 	assert.True(t, r.Allowed)
 
 	// A cold key's entry is evicted like an idle one.

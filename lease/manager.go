@@ -121,8 +121,10 @@ type Options struct {
 	// and its lease close to expiry at its next request, so leasing would
 	// cost it about a lease call per decision, where its exact check
 	// shares one script call with the other checks of its round trip
-	// (docs/performance.md, "Warm keys"). Global-scope limits always
-	// lease (their demand is reported by DrainDemand). Cold keys are
+	// (docs/performance.md, "Warm keys"). Global-scope limits too: the
+	// exact path reports their demand (decide's DrainDemand), and a
+	// global key spread thin over many nodes strands what each lease
+	// holds (docs/simulation.md, "After a shift"). Cold keys are
 	// counted in a 512 KiB filter, not in the key table (Stats.Keys), so a
 	// large cold key set costs no entries.
 	ColdExact bool
@@ -367,7 +369,7 @@ func (m *Manager) TakeTo(ctx context.Context, lim *Limit, subject []byte, cost i
 		}
 		h ^= lim.mix
 		warm := false
-		if f := m.coldKeys; f != nil && cost > 0 && !lim.global {
+		if f := m.coldKeys; f != nil && cost > 0 {
 			// The cold filter judges a key not leased here without a lookup.
 			switch f.take(uint32(h), m.clock.Now(), int64(lim.cfg.TTL)/2, lim.cfg.ColdHits) {
 			case filterCold:
@@ -497,7 +499,7 @@ func (m *Manager) takeSlow(ctx context.Context, lim *Limit, subject []byte, cost
 // without an entry (coldFilter); this is the rule for the keys it sends
 // to the key table (leased ones, and those of crowded buckets).
 func (m *Manager) cold(e *entry, lim *Limit, now int64) bool {
-	if lim.global || e.flags.Load() != 0 {
+	if e.flags.Load() != 0 {
 		return false
 	}
 	half := int64(lim.cfg.TTL) / 2

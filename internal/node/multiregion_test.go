@@ -82,9 +82,11 @@ policies:
 	}, 10*time.Second, 20*time.Millisecond)
 	assert.Equal(t, int64(10), admitted)
 	assert.Equal(t, int64(5), denied)
-	// The exact path's global quota is published too (the leased denials
-	// decided before the exact path ran, so only the 10 admitted count).
-	assert.Equal(t, int64(10), quota)
+	// The exact path's global quota is published too. Fifteen checks are
+	// fewer than cold_hits, so the leased policy's key is cold and goes
+	// to the exact path with the quota's: all 15 count, the 5 the
+	// per-hour limit denied as denied.
+	assert.Equal(t, int64(15), quota)
 }
 
 func TestMultiRegionFlagsAreChecked(t *testing.T) {
