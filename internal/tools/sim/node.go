@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/lease"
 )
 
@@ -20,11 +19,10 @@ type node struct {
 	idx   int
 	m     *lease.Manager
 	lim   *lease.Limit
-	spec  algorithm.Spec // the limit's numbers when no share is written
 	alive bool
 	// exactDemand is the tokens of the exact path's checks since the last
-	// publish, per Redis key.
-	exactDemand map[string]float64
+	// publish, per key index.
+	exactDemand map[int]float64
 	// waiters are the requests that found no tokens and wait for their
 	// key's refill: per key, each one's attempts so far.
 	waiters  map[int][]uint8
@@ -165,13 +163,13 @@ func (nd *node) exact(k int) {
 	s.met.exactCalls++
 	there := int64(s.cfg.RedisRTT / 2)
 	s.q.push(s.now+there, func() {
-		ok := nd.reg.store.check(s.now/1000, k, nd.spec)
+		ok := nd.reg.store.check(s.now/1000, k, s.nodeSpec)
 		s.q.push(s.now+int64(s.cfg.RedisRTT)-there, func() {
 			if !nd.alive {
 				s.met.decided(nd.reg.idx, k, s.now, false)
 				return
 			}
-			nd.exactDemand[keyFn(subject(k))]++
+			nd.exactDemand[k]++
 			s.met.decided(nd.reg.idx, k, s.now, ok)
 		})
 	})

@@ -22,6 +22,7 @@ type Sim struct {
 	rng      *rand.Rand
 	dist     *keyDist
 	global   coord.Limit
+	nodeSpec algorithm.Spec // a node's numbers when no share is written
 	regions  []*region
 	subjects [][]byte
 	// expired is every Take's ctx: a Take with no tokens on hand returns
@@ -94,7 +95,7 @@ func build(c Config) (*Sim, error) {
 	for _, f := range c.Failovers {
 		keep = max(keep, f.Loss)
 	}
-	nodeSpec := spec.Share(c.Regions) // a node's numbers when no share is written
+	s.nodeSpec = spec.Share(c.Regions)
 	for r := range c.Regions {
 		s.regions = append(s.regions, &region{
 			idx: r, name: RegionName(r), store: newStore(c.Keys, len(c.Failovers) > 0, keep), demand: map[string]float64{},
@@ -102,7 +103,7 @@ func build(c Config) (*Sim, error) {
 	}
 	for _, reg := range s.regions {
 		for i := range c.Nodes {
-			nd := &node{s: s, reg: reg, idx: i, alive: true, spec: nodeSpec, exactDemand: map[string]float64{}}
+			nd := &node{s: s, reg: reg, idx: i, alive: true, exactDemand: map[int]float64{}}
 			m, err := lease.New(lease.Options{
 				Source: source{nd}, Clock: clock{s}, SweepEvery: -1, Executor: nd.execute, FixedHash: true, ColdExact: true, // as node runs it
 				Defaults: lease.Config{TTL: c.TTL, TargetPeriod: c.TargetPeriod},
@@ -112,7 +113,7 @@ func build(c Config) (*Sim, error) {
 				return nil, fmt.Errorf("sim: node: %w", err)
 			}
 			nd.m = m
-			if nd.lim, err = m.NewLimit(keyFn, nodeSpec, lease.Config{}, true); err != nil {
+			if nd.lim, err = m.NewLimit(keyFn, s.nodeSpec, lease.Config{}, true); err != nil {
 				return nil, fmt.Errorf("sim: limit: %w", err)
 			}
 			reg.nodes = append(reg.nodes, nd)
@@ -204,8 +205,11 @@ func (nd *node) publish() {
 	if !nd.alive {
 		return
 	}
-	d := nd.exactDemand // the exact path's, as decide's DrainDemand
-	nd.exactDemand = map[string]float64{}
+	d := make(map[string]float64, len(nd.exactDemand))
+	for k, n := range nd.exactDemand { // the exact path's, as decide's DrainDemand
+		d[keyFn(string(nd.s.subjects[k]))] = n
+	}
+	clear(nd.exactDemand)
 	nd.m.DrainDemand(func(key string, admitted, denied int64) {
 		d[key] += float64(max(0, admitted) + max(0, denied))
 	})
