@@ -84,11 +84,7 @@ func TestShedDegradedAndWarmup(t *testing.T) {
 
 // Without a warm-up, Measured is the whole run.
 func TestMeasuredIsTotalWithoutWarmup(t *testing.T) {
-	s, err := loadgen.StartNoop("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := startNoop(t)
 	rep := run(t, loadgen.Config{
 		Targets: []loadgen.Target{{Region: "noop", Addr: s.Addr()}},
 		Rate:    500, Duration: 200 * time.Millisecond, Keys: loadgen.Keys{Dist: loadgen.Hot},

@@ -26,6 +26,22 @@ import (
 
 // startNode starts a standalone node (in-process counters, wall clock)
 // with the given policy file body; "" means no policies (all allowed).
+// startNoop starts allot-load's no-op server on a free port, closed when
+// the test ends.
+func startNoop(t *testing.T) *loadgen.NoopServer {
+	t.Helper()
+	s, err := loadgen.StartNoop("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
 func startNode(t *testing.T, policies string, withHTTP bool) *node.Node {
 	t.Helper()
 	cfg := node.Config{GRPCAddr: "127.0.0.1:0"}
@@ -323,15 +339,7 @@ func TestHTTPWireFormat(t *testing.T) {
 // Closed loop against the no-op server stops at exactly MaxRequests, and
 // the no-op server allows everything.
 func TestClosedLoopMaxRequestsAgainstNoop(t *testing.T) {
-	s, err := loadgen.StartNoop("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	s := startNoop(t)
 	rep := run(t, loadgen.Config{
 		Targets:     []loadgen.Target{{Region: "noop", Addr: s.Addr()}},
 		Concurrency: 8, Duration: time.Minute, MaxRequests: 500,
@@ -443,16 +451,7 @@ func TestBadConfigIsRejected(t *testing.T) {
 func TestRegionTrafficSpreadsOverItsNodes(t *testing.T) {
 	var noops []*loadgen.NoopServer
 	for range 3 {
-		s, err := loadgen.StartNoop("127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := s.Close(); err != nil {
-				t.Error(err)
-			}
-		})
-		noops = append(noops, s)
+		noops = append(noops, startNoop(t))
 	}
 	us1, eu, us2 := noops[0], noops[1], noops[2]
 	targets, err := loadgen.ParseTargets("us=" + us1.Addr() + ",eu=" + eu.Addr() + ",us=" + us2.Addr())
