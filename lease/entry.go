@@ -115,6 +115,13 @@ func (e *held) live(now int64) (v uint64, old, cur int64) {
 // take takes cost tokens, oldest generation first. It returns the tokens
 // still on hand after the take.
 func (e *held) take(now, cost int64) (t ticket, rest int64, ok bool) {
+	return e.takeRange(now, cost, cost)
+}
+
+// takeRange takes what is on hand up to most tokens, oldest generation
+// first, if that is at least least. It returns the tokens still on hand
+// after the take (or found, if fewer than least).
+func (e *held) takeRange(now, least, most int64) (t ticket, rest int64, ok bool) {
 	for {
 		oe, ce := e.oldExp.Load(), e.curExp.Load()
 		v := e.gens.Load()
@@ -126,9 +133,10 @@ func (e *held) take(now, cost int64) (t ticket, rest int64, ok bool) {
 		if now < ce && c > 0 {
 			cur = c
 		}
-		if old+cur < cost {
+		if old+cur < least {
 			return ticket{}, old + cur, false
 		}
+		cost := min(most, old+cur)
 		fromOld := min(old, cost)
 		exp := ce
 		if fromOld > 0 {

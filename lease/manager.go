@@ -389,9 +389,9 @@ func (m *Manager) TakeTo(ctx context.Context, lim *Limit, subject []byte, cost i
 					return nil
 				}
 			}
-			return m.takeSlow(ctx, lim, subject, cost, h, sh, e, warm, r)
+			return m.takeSlow(ctx, lim, subject, cost, 0, h, sh, e, warm, r)
 		}
-		return m.takeSlow(ctx, lim, subject, cost, h, sh, nil, warm, r)
+		return m.takeSlow(ctx, lim, subject, cost, 0, h, sh, nil, warm, r)
 	}
 	*r = Result{Limit: lim.capacity, RetryAfter: algorithm.Never}
 	return nil
@@ -403,7 +403,7 @@ func (m *Manager) TakeTo(ctx context.Context, lim *Limit, subject []byte, cost i
 // waits for the pace to end.
 func (m *Manager) allowed(sh *stripe, e *entry, hd *held, lim *Limit, now, cost, rest int64, t ticket, r *Result) {
 	if rest <= int64(hd.wm.Load()) && e.flags.Load() == 0 && now >= hd.denyTil.Load() {
-		m.schedule(sh, e, 0)
+		m.schedule(sh, e, 0, 0)
 	}
 	if hd.demand != nil {
 		hd.demand.admitted.Add(cost)
@@ -425,7 +425,7 @@ func (m *Manager) allowed(sh *stripe, e *entry, hd *held, lim *Limit, now, cost,
 // none), h and sh the key's hash and stripe; warm says the cold filter
 // has just judged the key warm (its Take reached ColdHits), so it leases
 // without the key table's own count.
-func (m *Manager) takeSlow(ctx context.Context, lim *Limit, subject []byte, cost int64, h uint64, sh *stripe, e *entry, warm bool, r *Result) error {
+func (m *Manager) takeSlow(ctx context.Context, lim *Limit, subject []byte, cost, want int64, h uint64, sh *stripe, e *entry, warm bool, r *Result) error {
 	*r = Result{}
 	for attempt := 0; ; attempt++ {
 		if e == nil {
@@ -480,7 +480,7 @@ func (m *Manager) takeSlow(ctx context.Context, lim *Limit, subject []byte, cost
 			*r = Result{Limit: lim.capacity, Exact: true}
 			return nil
 		}
-		dead, err := m.await(ctx, sh, e, cost)
+		dead, err := m.await(ctx, sh, e, cost, want)
 		if err != nil {
 			return err
 		}
@@ -540,16 +540,24 @@ const MaxColdHits = seenHits
 // GiveBack returns the tokens of an allowed Take to this node's lease,
 // for a request another limit denied.
 func (m *Manager) GiveBack(r *Result) {
-	if !r.Allowed || r.h == nil {
+	m.GiveBackPart(r, r.t.n)
+	r.h = nil
+}
+
+// GiveBackPart returns n of the tokens an allowed Take (or TakeUpTo) took
+// to this node's lease; the Result keeps the rest (Tokens).
+func (m *Manager) GiveBackPart(r *Result, n int64) {
+	n = min(n, r.t.n)
+	if !r.Allowed || r.h == nil || n <= 0 {
 		return
 	}
-	if !r.h.give(m.clock.Now(), r.t) {
-		m.stats.stranded.Add(r.t.n)
+	if !r.h.give(m.clock.Now(), ticket{n: n, exp: r.t.exp}) {
+		m.stats.stranded.Add(n)
 	}
 	if d := r.h.demand; d != nil {
-		d.admitted.Add(-r.t.n)
+		d.admitted.Add(-n)
 	}
-	r.h = nil
+	r.t.n -= n
 }
 
 // remaining is the honest Remaining of a Result: onHand plus what the
@@ -564,15 +572,16 @@ func (l *Limit) resetAfter(rem int64) time.Duration {
 	return time.Duration(float64(l.capacity-rem)*l.nsPerToken + 0.999)
 }
 
-// schedule queues a refill of e (need: the cost a caller waits for) and
-// returns the round that will serve it.
-func (m *Manager) schedule(sh *stripe, e *entry, need int64) *round {
+// schedule queues a refill of e (need: the cost a caller waits for; want:
+// a batch taker's size, 0 for none; see size) and returns the round that
+// will serve it.
+func (m *Manager) schedule(sh *stripe, e *entry, need, want int64) *round {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return m.scheduleLocked(sh, e, need)
+	return m.scheduleLocked(sh, e, need, want)
 }
 
-func (m *Manager) scheduleLocked(sh *stripe, e *entry, need int64) *round {
+func (m *Manager) scheduleLocked(sh *stripe, e *entry, need, want int64) *round {
 	f := e.flags.Load()
 	switch {
 	case f&flagDead != 0:
@@ -583,13 +592,14 @@ func (m *Manager) scheduleLocked(sh *stripe, e *entry, need int64) *round {
 		for i := range sh.pending {
 			if sh.pending[i].e == e {
 				sh.pending[i].need = max(sh.pending[i].need, need)
+				sh.pending[i].want = max(sh.pending[i].want, want)
 			}
 		}
 		return sh.next
 	}
 	e.holdLocked(e.lim.Load(), m.coldKeys)
 	e.flags.Store(flagPending)
-	sh.pending = append(sh.pending, refill{e, need})
+	sh.pending = append(sh.pending, refill{e, need, want})
 	if sh.next == nil {
 		sh.next = &round{done: make(chan struct{})}
 	}
@@ -600,13 +610,14 @@ func (m *Manager) scheduleLocked(sh *stripe, e *entry, need int64) *round {
 	return sh.next
 }
 
-// await queues e for a refill that must bring need tokens and waits for
-// the round serving it. dead reports that e was evicted meanwhile.
-func (m *Manager) await(ctx context.Context, sh *stripe, e *entry, need int64) (dead bool, err error) {
+// await queues e for a refill that must bring need tokens (and should
+// bring want; see size) and waits for the round serving it. dead reports
+// that e was evicted meanwhile.
+func (m *Manager) await(ctx context.Context, sh *stripe, e *entry, need, want int64) (dead bool, err error) {
 	if m.closed.Load() {
 		return false, ErrClosed
 	}
-	r := m.schedule(sh, e, need)
+	r := m.schedule(sh, e, need, want)
 	if r == nil {
 		return true, nil
 	}
@@ -674,7 +685,7 @@ func (m *Manager) flush(sh *stripe) {
 	for i, p := range batch {
 		lim := p.e.lim.Load()
 		lims[i] = lim
-		want := m.size(p.e.held.Load(), lim, sent, p.need)
+		want := m.size(p.e.held.Load(), lim, sent, p.need, p.want)
 		groups[i] = Group{{Key: lim.key(p.e.subject), Spec: lim.spec, Need: p.need, Want: want}}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.opts.CallTimeout)
@@ -740,7 +751,11 @@ func (m *Manager) warnFailed(keys int, err error) {
 // size updates e's rate estimate and returns the grant to ask for. After
 // a paced answer (denyTil set) the grant is capped at this node's part of
 // what gathered since its last grant (PacedWant).
-func (m *Manager) size(e *held, lim *Limit, now, need int64) int64 {
+//
+// want is a batch taker's size (TakeUpTo's most): the grant is sized as
+// if the key's rate were at least want per TargetPeriod, within the same
+// caps.
+func (m *Manager) size(e *held, lim *Limit, now, need, want int64) int64 {
 	_, old, cur := e.live(now)
 	ce := e.curExp.Load()
 	var since time.Duration
@@ -749,7 +764,8 @@ func (m *Manager) size(e *held, lim *Limit, now, need int64) int64 {
 		consumed := int64(e.lastHand) - (old + cur)
 		e.rate = float32(EstimateRate(float64(e.rate), consumed, since, lim.cfg.TargetPeriod/10))
 	}
-	want := GrantSize(float64(e.rate), lim.cfg, lim.capacity, need)
+	rate := max(float64(e.rate), float64(want)/lim.cfg.TargetPeriod.Seconds())
+	want = GrantSize(rate, lim.cfg, lim.capacity, need)
 	if ce != 0 && e.denyTil.Load() != 0 && e.bucket > 0 {
 		want = PacedWant(lim.cfg, float64(e.bucket), since, want, need)
 	}

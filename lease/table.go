@@ -86,6 +86,7 @@ type stripe struct {
 type refill struct {
 	e    *entry
 	need int64
+	want int64 // a batch taker's size (Manager.size); 0 for none
 }
 
 // round is one refill call of a stripe; waiters block on done.
