@@ -424,7 +424,12 @@ func (m *Manager) allowed(sh *stripe, e *entry, hd *held, lim *Limit, now, cost,
 // takeSlow is TakeTo off the straight path: e is the entry found (nil if
 // none), h and sh the key's hash and stripe; warm says the cold filter
 // has just judged the key warm (its Take reached ColdHits), so it leases
-// without the key table's own count.
+// without the key table's own count. want > 0 is a batch taker's
+// (TakeUpTo): its refill is sized for want, and the deny cache does not
+// stop it: the cache spares Redis a call per request, and a batch taker
+// makes one per client round, which a pace as long as the round would
+// leave with nothing (two clients at the same phase: the second would
+// never be served). A pace its own refill set still stops it.
 func (m *Manager) takeSlow(ctx context.Context, lim *Limit, subject []byte, cost, want int64, h uint64, sh *stripe, e *entry, warm bool, r *Result) error {
 	*r = Result{}
 	for attempt := 0; ; attempt++ {
@@ -461,7 +466,7 @@ func (m *Manager) takeSlow(ctx context.Context, lim *Limit, subject []byte, cost
 		if hd != nil {
 			deny = hd.denyTil.Load()
 		}
-		if now < deny || attempt >= 3 {
+		if now < deny && (want == 0 || attempt > 0) || attempt >= 3 {
 			var rem int64
 			if hd != nil {
 				if hd.demand != nil {
@@ -752,9 +757,10 @@ func (m *Manager) warnFailed(keys int, err error) {
 // a paced answer (denyTil set) the grant is capped at this node's part of
 // what gathered since its last grant (PacedWant).
 //
-// want is a batch taker's size (TakeUpTo's most): the grant is sized as
-// if the key's rate were at least want per TargetPeriod, within the same
-// caps.
+// want is a batch taker's size (TakeUpTo's most): the grant is at least
+// that, up to the capacity. Neither MaxShare nor the paced part caps it:
+// the batch is already one client's fair part of the rate for one of its
+// rounds, and either cap would hold a lone client to MaxShare of the rate.
 func (m *Manager) size(e *held, lim *Limit, now, need, want int64) int64 {
 	_, old, cur := e.live(now)
 	ce := e.curExp.Load()
@@ -764,12 +770,11 @@ func (m *Manager) size(e *held, lim *Limit, now, need, want int64) int64 {
 		consumed := int64(e.lastHand) - (old + cur)
 		e.rate = float32(EstimateRate(float64(e.rate), consumed, since, lim.cfg.TargetPeriod/10))
 	}
-	rate := max(float64(e.rate), float64(want)/lim.cfg.TargetPeriod.Seconds())
-	want = GrantSize(rate, lim.cfg, lim.capacity, need)
+	size := GrantSize(float64(e.rate), lim.cfg, lim.capacity, need)
 	if ce != 0 && e.denyTil.Load() != 0 && e.bucket > 0 {
-		want = PacedWant(lim.cfg, float64(e.bucket), since, want, need)
+		size = PacedWant(lim.cfg, float64(e.bucket), since, size, need)
 	}
-	return want
+	return max(size, min(want, lim.capacity, maxGrant))
 }
 
 // apply installs one lease answer into its entry.

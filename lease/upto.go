@@ -23,22 +23,36 @@ func (m *Manager) TakeUpTo(ctx context.Context, lim *Limit, subject []byte, most
 	}
 	h := m.hash(subject) ^ lim.mix
 	sh := &m.stripes[h>>(64-stripeBits)]
-	e := sh.table.Load().find(h, lim, subject)
-	if m.takeOnHand(sh, e, lim, most, &r) {
-		return r, nil
+	var got Result
+	if m.takeOnHand(sh, sh.table.Load().find(h, lim, subject), lim, most, &got) && got.t.n == most {
+		return got, nil
 	}
-	if err := m.takeSlow(ctx, lim, subject, 1, most, h, sh, e, true, &r); err != nil || !r.Allowed || most == 1 {
+	// Short: join a refill sized for the rest, and take what it brought.
+	// What was on hand is kept whatever the refill answers.
+	err := m.takeSlow(ctx, lim, subject, 1, most-got.t.n, h, sh, nil, true, &r)
+	if err != nil || !r.Allowed {
+		if got.Allowed {
+			return got, nil
+		}
 		return r, err
 	}
-	// The refill brought what it brought: take more of it, under one
-	// ticket that dies with the earlier of the two.
-	first := r
-	if e = sh.table.Load().find(h, lim, subject); e != nil && m.takeOnHand(sh, e, lim, most-1, &r) {
-		r.t.n += first.t.n
-		r.t.exp = min(r.t.exp, first.t.exp)
-		return r, nil
+	r.merge(&got)
+	var more Result
+	if rest := most - r.t.n; rest > 0 && m.takeOnHand(sh, sh.table.Load().find(h, lim, subject), lim, rest, &more) {
+		more.merge(&r)
+		return more, nil
 	}
-	return first, nil
+	return r, nil
+}
+
+// merge adds the tokens of an allowed take o to r, under one ticket that
+// dies with the earlier of the two.
+func (r *Result) merge(o *Result) {
+	if !o.Allowed {
+		return
+	}
+	r.t.n += o.t.n
+	r.t.exp = min(r.t.exp, o.t.exp)
 }
 
 // takeOnHand takes between 1 and most tokens on hand from e (nil: none)

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -23,6 +24,7 @@ import (
 	"github.com/allot-dev/allot/internal/decide"
 	"github.com/allot-dev/allot/internal/memstore"
 	"github.com/allot-dev/allot/internal/ratelog"
+	"github.com/allot-dev/allot/internal/rlqs"
 	"github.com/allot-dev/allot/internal/server"
 	"github.com/allot-dev/allot/internal/telemetry"
 	"github.com/allot-dev/allot/lease"
@@ -103,6 +105,7 @@ type Node struct {
 	grpc    *grpc.Server
 	health  *healthServer
 	decider *decide.Decider
+	rlqs    *rlqs.Server
 	admit   *admission // bounds the checks in flight, in front of decider
 	closers []func() error
 	leases  *lease.Manager // nil in standalone mode
@@ -185,8 +188,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	// names the Envoy service (grpc-health-probe -service ...) is answered.
 	n.health.SetServingStatus(ratelimitv1.RateLimiterService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	n.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	n.health.SetServingStatus(rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	n.watchStore()
 	rlsv3.RegisterRateLimitServiceServer(n.grpc, server.NewEnvoy(n.checker(), server.EnvoyOptions{Observe: n.observeHook()}))
+	if err := n.startRLQS(); err != nil {
+		n.grpc.Stop()
+		return nil, errors.Join(err, n.closeAll())
+	}
 	reflection.Register(n.grpc)
 	go func() { n.served <- n.grpc.Serve(cfg.GRPCLimits.listener(lis)) }()
 	if err := errors.Join(n.startHTTP(), n.startTelemetry()); err != nil {
