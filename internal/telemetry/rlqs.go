@@ -37,9 +37,7 @@ func (t *Telemetry) ObserveRLQS(open func() (streams, buckets int64)) (hook func
 			policy = NoPolicy
 		}
 		assignments.Add(ctx, 1, t.option("kind", kind, "policy", policy).add...)
-		if n > 0 {
-			requests.Add(ctx, n, t.option("policy", policy, "", "").add...)
-		}
+		requests.Add(ctx, n, t.option("policy", policy, "", "").add...)
 	}
 	return hook, stop, nil
 }

@@ -25,10 +25,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/allot-dev/allot/deploy/check/internal/tool"
 	"github.com/allot-dev/allot/internal/testenv/natstest"
 	"github.com/allot-dev/allot/internal/testenv/redistest"
+	"github.com/allot-dev/allot/internal/testenv/rlqsfilter"
 )
 
 var dir = tool.Path("deploy", "observability")
@@ -233,7 +236,7 @@ func TestQueriedMetricsAreExported(t *testing.T) {
 	coordRedis := redistest.Server(t)
 	nats := natstest.Server(t)
 
-	node := tool.Start(t, filepath.Join(bin, "allot-node"), nil, []string{"http"},
+	node := tool.Start(t, filepath.Join(bin, "allot-node"), nil, []string{"http", "grpc"},
 		"--store="+pf, "--redis="+rds.Addr, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0",
 		"--region=us", "--regions=us,eu", "--nats="+nats, "--drain-period=0")
 	coordinator := tool.Start(t, filepath.Join(bin, "allot-coordinator"), nil, []string{"metrics"},
@@ -263,6 +266,15 @@ func TestQueriedMetricsAreExported(t *testing.T) {
 	for range 4 { // 2 allowed, then throttled
 		check(t, node["http"], `{"tenant_id":"t1","client_identifier":"c1"}`)
 	}
+	// One RLQS client's bucket of the leased policy: the RLQS counters.
+	conn, err := grpc.NewClient(node["grpc"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	rlqs, err := rlqsfilter.Start(context.Background(), conn, rlqsfilter.Config{Domain: "test", ReportInterval: time.Second})
+	require.NoError(t, err)
+	defer rlqs.Close()
+	rlqs.Allow(map[string]string{"client": "rlqs"}, time.Now())
+	require.Eventually(t, func() bool { return rlqs.Responses() > 0 }, 10*time.Second, 10*time.Millisecond)
 	rds.Kill() // exact-tenant now fails open, leased-client falls back locally
 	for range 3 {
 		check(t, node["http"], `{"tenant_id":"t2","client_identifier":"c2"}`)
@@ -283,7 +295,7 @@ func TestQueriedMetricsAreExported(t *testing.T) {
 		assert.True(t, ok, "%s (queried by %s) is not exported by node or coordinator", name, strings.Join(slices.Compact(where), ", "))
 	}
 	// And the lazily created series the alerts rely on did appear.
-	for _, name := range []string{"allot_decisions_degraded_total", "allot_redis_calls_total", "allot_breaker_openings_total", "allot_rebalance_regions_heard"} {
+	for _, name := range []string{"allot_decisions_degraded_total", "allot_redis_calls_total", "allot_breaker_openings_total", "allot_rebalance_regions_heard", "allot_rlqs_assignments_total"} {
 		assert.Contains(t, exported, name)
 	}
 }
