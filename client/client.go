@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
@@ -65,6 +67,8 @@ type config struct {
 	now       func() time.Time
 	onFailure FailureMode
 	health    bool
+	quota     *Quota
+	clockSet  bool
 }
 
 // WithTLS speaks TLS with cfg (the node's CA in RootCAs). For mTLS put the
@@ -94,8 +98,11 @@ func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = 
 // turns it off.
 func WithDenyCache(n int) Option { return func(c *config) { c.denySize = n } }
 
-// WithClock sets the clock of the deny cache (time.Now), for tests.
-func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+// WithClock sets the clock of the deny cache and of quota assignments
+// (time.Now; quotas read a 1 ms coarse clock by default), for tests.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) { c.now, c.clockSet = now, true }
+}
 
 // WithFailureMode sets the FailureMode of calls that do not choose one
 // with OnUnreachable (FailError).
@@ -118,6 +125,8 @@ type Client struct {
 	conn *grpc.ClientConn
 	rpc  ratelimitv1.RateLimiterServiceClient
 	deny *denyCache
+	// quota decides hot identities in process (WithQuota); nil without.
+	quota *quota
 
 	mu       sync.Mutex
 	pending  []*call
@@ -183,7 +192,11 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("allot client: dial %v: %w", addrs, err)
 	}
-	return &Client{cfg: cfg, conn: conn, rpc: ratelimitv1.NewRateLimiterServiceClient(conn), deny: newDenyCache(cfg.denySize)}, nil
+	c := &Client{cfg: cfg, conn: conn, rpc: ratelimitv1.NewRateLimiterServiceClient(conn), deny: newDenyCache(cfg.denySize)}
+	if cfg.quota != nil {
+		c.quota = newQuota(*cfg.quota, cfg, rlqsv3.NewRateLimitQuotaServiceClient(conn))
+	}
+	return c, nil
 }
 
 // Close sends the checks still waiting for a batch, waits for the calls
@@ -200,6 +213,9 @@ func (c *Client) Close() error {
 	}
 	c.mu.Unlock()
 	c.sends.Wait()
+	if c.quota != nil {
+		c.quota.close()
+	}
 	return c.conn.Close()
 }
 
@@ -210,8 +226,43 @@ func (c *Client) Check(ctx context.Context, req *ratelimitv1.RateLimitRequest, o
 	if req == nil {
 		return nil, status.Error(codes.InvalidArgument, "allot client: nil request")
 	}
-	mode := c.mode(opts)
 	key := keyOf(req)
+	if c.quota != nil {
+		now := c.quota.now()
+		if b := c.quota.live(key, req, now); b != nil {
+			out := new(ratelimitv1.RateLimitResponse)
+			if b.decide(now, out) {
+				return out, nil
+			}
+		}
+	}
+	return c.check(ctx, req, key, c.mode(opts))
+}
+
+// CheckTo is Check with the answer written into out. With WithQuota, an
+// identity decided in process from its assignment allocates nothing.
+func (c *Client) CheckTo(ctx context.Context, req *ratelimitv1.RateLimitRequest, out *ratelimitv1.RateLimitResponse, opts ...CallOption) error {
+	if req == nil {
+		return status.Error(codes.InvalidArgument, "allot client: nil request")
+	}
+	key := keyOf(req)
+	if c.quota != nil {
+		now := c.quota.now()
+		if b := c.quota.live(key, req, now); b != nil && b.decide(now, out) {
+			return nil
+		}
+	}
+	resp, err := c.check(ctx, req, key, c.mode(opts))
+	if err != nil {
+		return err
+	}
+	out.Reset()
+	proto.Merge(out, resp)
+	return nil
+}
+
+// check is Check past the quota: the deny cache, then a node.
+func (c *Client) check(ctx context.Context, req *ratelimitv1.RateLimitRequest, key denyKey, mode FailureMode) (*ratelimitv1.RateLimitResponse, error) {
 	if resp, ok := c.deny.get(key, c.cfg.now()); ok {
 		return resp, nil
 	}

@@ -29,6 +29,11 @@
 //     more than one is ready. Allot refuses such calls before counting
 //     them.
 //
+//   - With WithQuota, hot identities are decided in the caller's process
+//     from quota assignments the nodes give over Envoy's Rate Limit Quota
+//     Service (one stream, a report each interval), with no RPC per check
+//     (docs/rlqs.md, "The Go client").
+//
 // Errors from the node are returned as gRPC status errors, so
 // status.Code(err) tells INVALID_ARGUMENT (bad input, never worth a
 // retry) from the rest.

@@ -1,0 +1,416 @@
+package client
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/allot-dev/allot/lease"
+	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
+)
+
+// Quota configures WithQuota. Zero fields take the defaults.
+type Quota struct {
+	// ReportInterval is how often usage is reported on the stream, and so
+	// how long a batch of decisions lasts. Default 1 s.
+	ReportInterval time.Duration
+	// HotAfter is how many checks of one request identity within one
+	// report interval make it hot: from then on it is decided from its
+	// assignment. Default 16.
+	HotAfter int
+	// MaxKeys caps the hot identities (a node holds at most 4,096 buckets
+	// per stream). Default 4,096.
+	MaxKeys int
+	// Domain is the RLQS domain sent on the stream. Default "allot".
+	Domain string
+}
+
+// Quota defaults.
+const (
+	DefaultReportInterval = time.Second
+	DefaultHotAfter       = 16
+	DefaultMaxQuotaKeys   = 4096
+)
+
+// WithQuota makes the client an RLQS client (Envoy's Rate Limit Quota
+// Service, which nodes serve): a request identity checked at least
+// HotAfter times in one report interval is subscribed on one stream, and
+// while its assignment lives its checks are decided in this process, with
+// no RPC: a batch of requests the node took from its lease of the same
+// region bucket, or a blanket allow or deny. Usage is reported every
+// ReportInterval. Checks of other identities, of an identity whose
+// assignment has not arrived or has expired, and checks with a token_cost
+// go to the node as before (and so to OnUnreachable when no node answers).
+// docs/rlqs.md gives the assignments and the bound they keep.
+func WithQuota(q Quota) Option { return func(c *config) { c.quota = &q } }
+
+// Kinds of assignment a quota key holds.
+const (
+	kindNone int32 = iota
+	kindAllow
+	kindDeny
+	kindBatch
+	kindLocal
+)
+
+// qkey is one hot identity.
+type qkey struct {
+	id map[string]string
+	// kind, expires (unix ns) and tokens are the assignment: written by
+	// the stream's receiver (tokens first, expires last), read by
+	// decisions without a lock.
+	kind    atomic.Int32
+	expires atomic.Int64
+	tokens  atomic.Int64 // a batch's tokens left; negative after denials
+	// local is a refilling bucket (kindLocal: the node's limit/N while
+	// its Redis is down), decided under its lock.
+	local struct {
+		sync.Mutex
+		tokens, max, rate float64
+		last              int64
+	}
+	allowed, denied atomic.Uint64
+	// Owned by the stream's goroutines.
+	strategy *typev3.RateLimitStrategy
+	reported int64
+}
+
+// quota is the client's RLQS side: its keys and the goroutine that owns
+// the stream.
+type quota struct {
+	cfg Quota
+	// now is a monotonic clock in ns: a 1 ms coarse clock (time.Now costs
+	// a third of a decision), or WithClock's.
+	now   func() int64
+	clock *lease.CoarseClock // nil with WithClock
+	rlq   rlqsv3.RateLimitQuotaServiceClient
+
+	mu   sync.RWMutex
+	keys map[denyKey]*qkey
+
+	wmu  sync.Mutex
+	warm map[denyKey]int32 // checks this interval of identities not hot
+
+	subscribe chan *qkey // keys to report at once (their first report)
+	stop      chan struct{}
+	done      chan struct{}
+	// messages counts stream messages sent and received.
+	messages atomic.Int64
+}
+
+func newQuota(q Quota, cfg config, rlq rlqsv3.RateLimitQuotaServiceClient) *quota {
+	if q.ReportInterval <= 0 {
+		q.ReportInterval = DefaultReportInterval
+	}
+	if q.HotAfter <= 0 {
+		q.HotAfter = DefaultHotAfter
+	}
+	if q.MaxKeys <= 0 {
+		q.MaxKeys = DefaultMaxQuotaKeys
+	}
+	if q.Domain == "" {
+		q.Domain = "allot"
+	}
+	qt := &quota{
+		cfg: q, rlq: rlq,
+		keys: map[denyKey]*qkey{}, warm: map[denyKey]int32{},
+		subscribe: make(chan *qkey, 64), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	if cfg.clockSet {
+		qt.now = func() int64 { return cfg.now().UnixNano() }
+	} else {
+		qt.clock = lease.NewCoarseClock(lease.DefaultTick)
+		qt.now = qt.clock.Now
+	}
+	go qt.run()
+	return qt
+}
+
+func (q *quota) close() {
+	close(q.stop)
+	<-q.done
+	if q.clock != nil {
+		q.clock.Stop()
+	}
+}
+
+// live returns k's key if its assignment lives at now (unix ns); nil
+// sends the check to a node. A key not hot yet is counted (r).
+func (q *quota) live(k denyKey, r *ratelimitv1.RateLimitRequest, now int64) *qkey {
+	q.mu.RLock()
+	b := q.keys[k]
+	q.mu.RUnlock()
+	if b == nil {
+		q.note(k, r)
+		return nil
+	}
+	if now >= b.expires.Load() {
+		return nil // none yet, or expired: never reused
+	}
+	return b
+}
+
+// decide answers one check from b's assignment into out, and reports
+// whether it could (false: the assignment changed under it to none).
+func (b *qkey) decide(now int64, out *ratelimitv1.RateLimitResponse) bool {
+	exp := b.expires.Load()
+	var ok bool
+	var left int64
+	switch b.kind.Load() {
+	case kindAllow:
+		ok = true
+	case kindDeny:
+	case kindBatch:
+		left = b.tokens.Add(-1)
+		ok = left >= 0
+	case kindLocal:
+		ok, left = b.takeLocal(now)
+	default:
+		return false
+	}
+	out.Reset()
+	if ok {
+		b.allowed.Add(1)
+		out.Decision = ratelimitv1.RateLimitResponse_ALLOWED
+		out.Remaining = left
+		return true
+	}
+	b.denied.Add(1)
+	// The next assignment comes with the next report; it may be empty too.
+	wait := time.Duration(max(exp-now, 0))
+	out.Decision = ratelimitv1.RateLimitResponse_THROTTLED
+	out.RetryAfterMs = ceilDiv(int64(wait), int64(time.Millisecond))
+	out.ResetAfterSeconds = ceilDiv(int64(wait), int64(time.Second))
+	return true
+}
+
+func (b *qkey) takeLocal(now int64) (bool, int64) {
+	l := &b.local
+	l.Lock()
+	defer l.Unlock()
+	l.tokens = min(l.max, l.tokens+float64(now-l.last)/1e9*l.rate)
+	l.last = now
+	if l.tokens >= 1 {
+		l.tokens--
+		return true, int64(l.tokens)
+	}
+	return false, 0
+}
+
+// note counts a check of an identity that is not hot, and subscribes it
+// when it reaches HotAfter in the current interval.
+func (q *quota) note(k denyKey, r *ratelimitv1.RateLimitRequest) {
+	if r.GetTokenCost() != 0 {
+		return // a batch is counted in requests at the route's cost
+	}
+	q.wmu.Lock()
+	n, seen := q.warm[k]
+	if !seen && len(q.warm) >= 4*q.cfg.MaxKeys {
+		q.wmu.Unlock()
+		return
+	}
+	n++
+	q.warm[k] = n
+	q.wmu.Unlock()
+	if int(n) != q.cfg.HotAfter {
+		return
+	}
+	q.mu.Lock()
+	if q.keys[k] != nil || len(q.keys) >= q.cfg.MaxKeys {
+		q.mu.Unlock()
+		return
+	}
+	b := &qkey{id: bucketID(r)}
+	q.keys[k] = b
+	q.mu.Unlock()
+	select {
+	case q.subscribe <- b:
+	default: // the next report subscribes it
+	}
+}
+
+// bucketID is the RLQS bucket id of a request: its identity fields under
+// the node's keys (docs/rlqs.md, "Bucket ids").
+func bucketID(r *ratelimitv1.RateLimitRequest) map[string]string {
+	id := map[string]string{}
+	for _, f := range [...]struct{ k, v string }{
+		{"tenant", r.GetTenantId()}, {"client", r.GetClientIdentifier()}, {"route", r.GetRoute()},
+		{"method", r.GetMethod()}, {"ip", r.GetIp()}, {"tier", r.GetTier()},
+	} {
+		if f.v != "" {
+			id[f.k] = f.v
+		}
+	}
+	return id
+}
+
+func idKey(id map[string]string) denyKey {
+	return denyKey{id["tenant"], id["client"], id["route"], id["method"], id["ip"], id["tier"], 0}
+}
+
+// run keeps a stream open while the client lives, one session at a time,
+// a second apart after a failure.
+func (q *quota) run() {
+	defer close(q.done)
+	for {
+		q.session()
+		select {
+		case <-q.stop:
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// session is one stream: every key is subscribed at its start (a new
+// stream knows none), reported each interval, and answered assignments
+// are applied as they come.
+func (q *quota) session() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := q.rlq.StreamRateLimitQuotas(ctx)
+	if err != nil {
+		return
+	}
+	recvDone := make(chan struct{})
+	go func() {
+		defer close(recvDone)
+		for {
+			resp, err := s.Recv()
+			if err != nil {
+				return
+			}
+			q.messages.Add(1)
+			q.apply(resp)
+		}
+	}()
+	domain := q.cfg.Domain
+	send := func(us []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) bool {
+		if len(us) == 0 {
+			return true
+		}
+		q.messages.Add(1)
+		err := s.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: domain, BucketQuotaUsages: us})
+		domain = ""
+		return err == nil
+	}
+	if !send(q.report(true)) {
+		return
+	}
+	t := time.NewTicker(q.cfg.ReportInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-q.stop:
+			_ = s.CloseSend()
+			return
+		case <-recvDone:
+			return
+		case b := <-q.subscribe:
+			if !send([]*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{q.usage(b, q.now())}) {
+				return
+			}
+		case <-t.C:
+			q.wmu.Lock()
+			clear(q.warm)
+			q.wmu.Unlock()
+			if !send(q.report(false)) {
+				return
+			}
+		}
+	}
+}
+
+// report is the usage of every key (all, at a stream's start, as first
+// reports).
+func (q *quota) report(first bool) []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
+	now := q.now()
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	us := make([]*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, 0, len(q.keys))
+	for _, b := range q.keys {
+		if first {
+			b.reported = 0
+		}
+		us = append(us, q.usage(b, now))
+	}
+	return us
+}
+
+// usage is one key's report, its counts since the last one.
+func (q *quota) usage(b *qkey, now int64) *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
+	u := &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		BucketId:           &rlqsv3.BucketId{Bucket: b.id},
+		NumRequestsAllowed: b.allowed.Swap(0),
+		NumRequestsDenied:  b.denied.Swap(0),
+	}
+	if b.reported != 0 {
+		u.TimeElapsed = durationpb.New(time.Duration(now - b.reported))
+	} else {
+		u.TimeElapsed = durationpb.New(0)
+	}
+	b.reported = now
+	return u
+}
+
+// apply installs a response's assignments: as Envoy's filter does, a
+// repeated strategy only extends the TTL, another replaces the bucket
+// (full), and abandon forgets the key (it is checked by RPC again).
+func (q *quota) apply(resp *rlqsv3.RateLimitQuotaResponse) {
+	now := q.now()
+	for _, a := range resp.GetBucketAction() {
+		k := idKey(a.GetBucketId().GetBucket())
+		q.mu.RLock()
+		b := q.keys[k]
+		q.mu.RUnlock()
+		if b == nil {
+			continue
+		}
+		if a.GetAbandonAction() != nil {
+			q.mu.Lock()
+			delete(q.keys, k)
+			q.mu.Unlock()
+			continue
+		}
+		qa := a.GetQuotaAssignmentAction()
+		if qa == nil {
+			continue
+		}
+		exp := now + int64(qa.GetAssignmentTimeToLive().AsDuration())
+		s := qa.GetRateLimitStrategy()
+		if !proto.Equal(s, b.strategy) {
+			b.strategy = s
+			kind := kindDeny
+			switch {
+			case s.GetBlanketRule() == typev3.RateLimitStrategy_ALLOW_ALL && s.GetTokenBucket() == nil:
+				kind = kindAllow
+			case s.GetTokenBucket() != nil:
+				tb := s.GetTokenBucket()
+				per := 1.0
+				if tb.GetTokensPerFill() != nil {
+					per = float64(tb.GetTokensPerFill().GetValue())
+				}
+				rate := per / math.Max(tb.GetFillInterval().AsDuration().Seconds(), 1e-9)
+				if rate*qa.GetAssignmentTimeToLive().AsDuration().Seconds() < 1 {
+					// Less than a token refills in its life: a batch.
+					kind = kindBatch
+					b.tokens.Store(int64(tb.GetMaxTokens()))
+				} else {
+					kind = kindLocal
+					b.local.Lock()
+					b.local.max, b.local.rate, b.local.tokens, b.local.last = float64(tb.GetMaxTokens()), rate, float64(tb.GetMaxTokens()), now
+					b.local.Unlock()
+				}
+			}
+			b.kind.Store(kind)
+		}
+		b.expires.Store(exp)
+	}
+}

@@ -1,0 +1,263 @@
+package client_test
+
+import (
+	"context"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/allot-dev/allot/client"
+	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/testenv/redistest"
+	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
+)
+
+// streamMessages counts the messages of the client's streams (RLQS).
+type streamMessages struct{ n atomic.Int64 }
+
+type countedStream struct {
+	grpc.ClientStream
+	n *atomic.Int64
+}
+
+func (s countedStream) SendMsg(m any) error { s.n.Add(1); return s.ClientStream.SendMsg(m) }
+func (s countedStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err == nil {
+		s.n.Add(1)
+	}
+	return err
+}
+
+func (m *streamMessages) interceptor(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return countedStream{s, &m.n}, nil
+}
+
+// TestQuotaDecidesHotKeysInProcess is issue 36's client point: one hot
+// key checked as fast as one goroutine can, through a node with Redis:
+// at most one RPC or stream message per 1,000 decisions, within the
+// bucket's bound; a cold key is still checked by RPC.
+func TestQuotaDecidesHotKeysInProcess(t *testing.T) {
+	redistest.Require(t)
+	path := filepath.Join(t.TempDir(), "p.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`
+policies:
+  - id: hot
+    per: [tenant]
+    precision: leased
+    limits:
+      - {name: per_second, algorithm: token_bucket, limit: 1000, period: 1s}
+`), 0o600))
+	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", PoliciesPath: path, Redis: []string{redistest.Server(t).Addr}})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })
+	r, msgs := &rpcs{}, &streamMessages{}
+	const interval = 200 * time.Millisecond
+	c := newClient(t, []string{n.Addr()}, r, client.WithQuota(client.Quota{ReportInterval: interval}),
+		client.WithDialOptions(grpc.WithStreamInterceptor(msgs.interceptor)))
+	ctx := context.Background()
+
+	hot := &ratelimitv1.RateLimitRequest{TenantId: "hot"}
+	var out ratelimitv1.RateLimitResponse
+	const run = 3 * time.Second
+	var decisions, allowed int64
+	start := time.Now()
+	for time.Since(start) < run {
+		require.NoError(t, c.CheckTo(ctx, hot, &out))
+		decisions++
+		if out.Decision == ratelimitv1.RateLimitResponse_ALLOWED {
+			allowed++
+		}
+	}
+	calls := int64(r.total()) + msgs.n.Load()
+	t.Logf("%d decisions, %d allowed, %d RPCs + %d stream messages", decisions, allowed, r.total(), msgs.n.Load())
+	assert.LessOrEqual(t, calls*1000, decisions, "at most one RPC or stream message per 1,000 decisions")
+	// The bound of docs/rlqs.md: burst + rate*(T + lease TTL + A + tick),
+	// A = interval + interval.
+	assert.LessOrEqual(t, float64(allowed), 1000+1000*(run.Seconds()+2+2*interval.Seconds()+0.001))
+	assert.Greater(t, allowed, int64(1000), "the hot key was served")
+
+	before := r.total()
+	for range 3 {
+		require.NoError(t, c.CheckTo(ctx, &ratelimitv1.RateLimitRequest{TenantId: "cold"}, &out))
+		assert.Equal(t, ratelimitv1.RateLimitResponse_ALLOWED, out.Decision)
+	}
+	assert.Equal(t, before+3, r.total(), "a cold key is checked by RPC")
+}
+
+// quotaServer is a node that assigns every bucket a batch of a few
+// billion requests for an hour, and allows every RPC check.
+type quotaServer struct {
+	rlqsv3.UnimplementedRateLimitQuotaServiceServer
+	ratelimitv1.UnimplementedRateLimiterServiceServer
+}
+
+func (quotaServer) CheckRateLimit(context.Context, *ratelimitv1.RateLimitRequest) (*ratelimitv1.RateLimitResponse, error) {
+	return &ratelimitv1.RateLimitResponse{Decision: ratelimitv1.RateLimitResponse_ALLOWED}, nil
+}
+
+func (quotaServer) StreamRateLimitQuotas(s rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+	for {
+		in, err := s.Recv()
+		if err != nil {
+			return nil
+		}
+		resp := &rlqsv3.RateLimitQuotaResponse{}
+		for _, u := range in.GetBucketQuotaUsages() {
+			resp.BucketAction = append(resp.BucketAction, &rlqsv3.RateLimitQuotaResponse_BucketAction{
+				BucketId: u.GetBucketId(),
+				BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+					AssignmentTimeToLive: durationpb.New(time.Hour),
+					RateLimitStrategy: &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
+						MaxTokens: math.MaxUint32, TokensPerFill: wrapperspb.UInt32(1), FillInterval: durationpb.New(1000 * time.Hour),
+					}}},
+				}},
+			})
+		}
+		if err := s.Send(resp); err != nil {
+			return nil
+		}
+	}
+}
+
+// BenchmarkQuotaDecision: CheckTo of one hot identity holding a batch,
+// one goroutine (one core). decisions/s is the figure issue 36 asks for
+// (at least 10 million).
+func BenchmarkQuotaDecision(b *testing.B) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(b, err)
+	srv := grpc.NewServer()
+	rlqsv3.RegisterRateLimitQuotaServiceServer(srv, quotaServer{})
+	ratelimitv1.RegisterRateLimiterServiceServer(srv, quotaServer{})
+	hs := health.NewServer()
+	hs.SetServingStatus(ratelimitv1.RateLimiterService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(srv, hs)
+	go func() { _ = srv.Serve(lis) }()
+	b.Cleanup(srv.Stop)
+	c, err := client.New([]string{lis.Addr().String()}, client.WithQuota(client.Quota{}))
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	req := &ratelimitv1.RateLimitRequest{TenantId: "acme", ClientIdentifier: "usr_1", Route: "/v1/orders", Method: "POST"}
+	var out ratelimitv1.RateLimitResponse
+	// Hot, then assigned.
+	deadline := time.Now().Add(10 * time.Second)
+	for out.Remaining == 0 {
+		require.NoError(b, c.CheckTo(ctx, req, &out))
+		require.True(b, time.Now().Before(deadline), "no assignment")
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if err := c.CheckTo(ctx, req, &out); err != nil || out.Decision != ratelimitv1.RateLimitResponse_ALLOWED {
+			b.Fatal(err, out.Decision)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+}
+
+// batchServer assigns each report a fresh batch of size requests for ttl
+// and counts what it assigned.
+type batchServer struct {
+	rlqsv3.UnimplementedRateLimitQuotaServiceServer
+	ratelimitv1.UnimplementedRateLimiterServiceServer
+	size     uint32
+	ttl      time.Duration
+	assigned atomic.Int64
+	round    atomic.Int64
+}
+
+func (s *batchServer) CheckRateLimit(context.Context, *ratelimitv1.RateLimitRequest) (*ratelimitv1.RateLimitResponse, error) {
+	return &ratelimitv1.RateLimitResponse{Decision: ratelimitv1.RateLimitResponse_THROTTLED}, nil
+}
+
+func (s *batchServer) StreamRateLimitQuotas(st rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+	for {
+		in, err := st.Recv()
+		if err != nil {
+			return nil
+		}
+		resp := &rlqsv3.RateLimitQuotaResponse{}
+		for _, u := range in.GetBucketQuotaUsages() {
+			s.assigned.Add(int64(s.size))
+			// A fill interval of its own per round: every batch is new.
+			fill := time.Hour + time.Duration(s.round.Add(1))*time.Millisecond
+			resp.BucketAction = append(resp.BucketAction, &rlqsv3.RateLimitQuotaResponse_BucketAction{
+				BucketId: u.GetBucketId(),
+				BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+					AssignmentTimeToLive: durationpb.New(s.ttl),
+					RateLimitStrategy: &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
+						MaxTokens: s.size, TokensPerFill: wrapperspb.UInt32(1), FillInterval: durationpb.New(fill),
+					}}},
+				}},
+			})
+		}
+		if err := st.Send(resp); err != nil {
+			return nil
+		}
+	}
+}
+
+func serveQuota(t testing.TB, s interface {
+	rlqsv3.RateLimitQuotaServiceServer
+	ratelimitv1.RateLimiterServiceServer
+}) string {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	rlqsv3.RegisterRateLimitQuotaServiceServer(srv, s)
+	ratelimitv1.RegisterRateLimiterServiceServer(srv, s)
+	hs := health.NewServer()
+	hs.SetServingStatus(ratelimitv1.RateLimiterService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(srv, hs)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
+// Concurrent callers of one hot identity, batches replaced every 20 ms:
+// never more admitted than assigned (run with -race).
+func TestQuotaConcurrentCallersSpendOnlyTheirBatches(t *testing.T) {
+	s := &batchServer{size: 50, ttl: 100 * time.Millisecond}
+	c, err := client.New([]string{serveQuota(t, s)}, client.WithQuota(client.Quota{ReportInterval: 20 * time.Millisecond}))
+	require.NoError(t, err)
+	var allowed atomic.Int64
+	done := make(chan struct{})
+	for range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			req := &ratelimitv1.RateLimitRequest{TenantId: "t"}
+			var out ratelimitv1.RateLimitResponse
+			for end := time.Now().Add(time.Second); time.Now().Before(end); {
+				if c.CheckTo(context.Background(), req, &out) == nil && out.Decision == ratelimitv1.RateLimitResponse_ALLOWED {
+					allowed.Add(1)
+				}
+			}
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	require.NoError(t, c.Close())
+	t.Logf("allowed %d of %d assigned", allowed.Load(), s.assigned.Load())
+	assert.Positive(t, allowed.Load())
+	assert.LessOrEqual(t, allowed.Load(), s.assigned.Load())
+}
