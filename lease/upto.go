@@ -8,10 +8,11 @@ import (
 // TakeUpTo takes between 1 and most tokens for the key of lim and
 // subject, for a caller that spends a batch of them elsewhere (an RLQS
 // client's assignment, internal/rlqs). It takes what is on hand, up to
-// most; with none on hand it waits for the refill it joins, as a Take of
-// cost 1 does, and then takes what that brought. The lease's pacing and
-// deny cache apply as to Take: a denied Result took nothing. It never
-// answers Result.Exact: a caller taking batches is warm by construction.
+// most; when that is short it joins a refill sized for the rest (see
+// size), and takes what that brought too. A pace set before it does not
+// stop that refill (see takeSlow); a denial by its own refill does, and
+// a Result that took nothing is not Allowed. It never answers
+// Result.Exact: a caller taking batches is warm by construction.
 //
 // The tokens may be spent only until the batch's own expiry, which the
 // caller bounds: the overshoot bound then grows by that time
