@@ -9,8 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/internal/decide"
+	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/policy"
+	"github.com/allot-dev/allot/region"
 )
 
 func fixed(n int64) func(float64) int64 { return func(float64) int64 { return n } }
@@ -145,4 +147,35 @@ policies:
 			assert.InDelta(t, 50.0, g.LocalRate, 1e-9)
 		}
 	}
+}
+
+func TestReserveKeepsAGlobalLimitToTheRegionsShare(t *testing.T) {
+	redistest.Require(t)
+	src, err := region.Open(context.Background(), []string{redistest.Server(t).Addr}, region.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = src.Close() })
+	m, err := lease.New(lease.Options{Source: src, SweepEvery: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	set, err := policy.Load("test", []byte(`
+policies:
+  - id: g
+    per: [tenant]
+    precision: leased
+    scope: global
+    lease: {max_share: 1}
+    limits:
+      - {name: per_hour, algorithm: token_bucket, limit: 30, period: 1h}
+`))
+	require.NoError(t, err)
+	d := decide.New(decide.Config{Store: src, Policies: set, Leases: m, Regions: 3})
+	var rate float64
+	var got int64
+	for range 5 {
+		g, err := d.Reserve(context.Background(), &policy.Request{Tenant: "t"}, func(r float64) int64 { rate = r; return 100 })
+		require.NoError(t, err)
+		got += g.Requests
+	}
+	assert.InDelta(t, 10.0/3600, rate, 1e-9, "the rate split is the region's default share, L/3")
+	assert.Equal(t, int64(10), got, "batches hold the region's share of the burst, and no more")
 }

@@ -7,11 +7,14 @@ import (
 	"testing"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/allot-dev/allot/internal/node"
 	"github.com/allot-dev/allot/internal/testenv/faultproxy"
@@ -255,4 +258,28 @@ func TestRLQSFollowsOnStoreFailure(t *testing.T) {
 	p.Heal()
 	want("restored", healthy)
 	require.NoError(t, f.Err())
+}
+
+// The node lists RLQS by reflection and reports it SERVING by health.
+func TestRLQSIsListedAndServing(t *testing.T) {
+	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", PoliciesPath: policyFile(t, rlqsPolicies)})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })
+	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	ctx := context.Background()
+	s, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	require.NoError(t, err)
+	require.NoError(t, s.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}))
+	resp, err := s.Recv()
+	require.NoError(t, err)
+	var names []string
+	for _, svc := range resp.GetListServicesResponse().GetService() {
+		names = append(names, svc.GetName())
+	}
+	assert.Contains(t, names, rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName)
+	hc, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName})
+	require.NoError(t, err)
+	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, hc.Status)
 }

@@ -2,8 +2,10 @@ package rlqs_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -237,4 +239,34 @@ func TestAStreamThatNeverReadsHoldsOnlyItself(t *testing.T) {
 	cancel()
 	<-sent
 	assert.Eventually(t, func() bool { s, _ := rs.Open(); return s == 1 }, 5*time.Second, 10*time.Millisecond, "the blocked stream is freed when its client goes")
+}
+
+// A stream at its cap of buckets, each id at its largest, holds a bounded
+// heap; the next bucket ends it.
+func TestAFullStreamIsBounded(t *testing.T) {
+	c, rs := serveWith(t, &reserver{grant: decide.Grant{Kind: decide.GrantAllowAll}}, 0)
+	s, err := c.StreamRateLimitQuotas(context.Background())
+	require.NoError(t, err)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	pad := strings.Repeat("x", rlqs.MaxIDBytes-len("tenant")-len("route")-12)
+	const perReport = 512
+	for i := 0; i < rlqs.DefaultMaxBuckets; i += perReport {
+		us := make([]*usage, perReport)
+		for j := range us {
+			us[j] = report(map[string]string{"tenant": fmt.Sprintf("%06d", i+j), "route": pad}, 0, 0, 0)
+		}
+		_, err := roundTrip(t, s, "d", us...)
+		require.NoError(t, err)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	_, buckets := rs.Open()
+	require.Equal(t, int64(rlqs.DefaultMaxBuckets), buckets)
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d buckets of %d-byte ids: heap grew %.1f MiB", buckets, rlqs.MaxIDBytes, float64(grew)/(1<<20))
+	assert.Less(t, grew, int64(16<<20))
+	_, err = roundTrip(t, s, "", report(map[string]string{"tenant": "one-more"}, 0, 0, 0))
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 }
