@@ -28,7 +28,6 @@
 //     UNAVAILABLE too), on the balancer's next pick: another node when
 //     more than one is ready. Allot refuses such calls before counting
 //     them.
-//
 //   - With WithQuota, hot identities are decided in the caller's process
 //     from quota assignments the nodes give over Envoy's Rate Limit Quota
 //     Service (one stream, a report each interval), with no RPC per check
