@@ -28,9 +28,18 @@ type Quota struct {
 	// MaxKeys caps the hot identities (a node holds at most 4,096 buckets
 	// per stream). Default 4,096.
 	MaxKeys int
-	// Domain is the RLQS domain sent on the stream. Default "allot".
-	Domain string
 }
+
+// QuotaDomain is the RLQS domain the client's stream names. It tells the node
+// that the client checks by RPC what it holds no assignment for: a
+// bucket no batch can decide (one an exact policy limits) is abandoned,
+// and the client checks that identity by RPC from then on.
+const QuotaDomain = "allot.client"
+
+// unbatchableFor is how long an identity whose bucket the node abandoned
+// is checked by RPC before it may be subscribed again (a policy reload
+// may have made it leased).
+const unbatchableFor = time.Minute
 
 // Quota defaults.
 const (
@@ -97,6 +106,9 @@ type quota struct {
 
 	wmu  sync.Mutex
 	warm map[denyKey]int32 // checks this interval of identities not hot
+	// unbatchable holds identities whose buckets the node abandoned, until
+	// when (q.now) they are checked by RPC without being counted.
+	unbatchable map[denyKey]int64
 
 	subscribe chan *qkey // keys to report at once (their first report)
 	stop      chan struct{}
@@ -115,12 +127,9 @@ func newQuota(q Quota, cfg config, rlq rlqsv3.RateLimitQuotaServiceClient) *quot
 	if q.MaxKeys <= 0 {
 		q.MaxKeys = DefaultMaxQuotaKeys
 	}
-	if q.Domain == "" {
-		q.Domain = "allot"
-	}
 	qt := &quota{
 		cfg: q, rlq: rlq,
-		keys: map[denyKey]*qkey{}, warm: map[denyKey]int32{},
+		keys: map[denyKey]*qkey{}, warm: map[denyKey]int32{}, unbatchable: map[denyKey]int64{},
 		subscribe: make(chan *qkey, 64), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	if cfg.clockSet {
@@ -211,6 +220,13 @@ func (q *quota) note(k denyKey, r *ratelimitv1.RateLimitRequest) {
 		return // a batch is counted in requests at the route's cost
 	}
 	q.wmu.Lock()
+	if until, ok := q.unbatchable[k]; ok {
+		if q.now() < until {
+			q.wmu.Unlock()
+			return
+		}
+		delete(q.unbatchable, k)
+	}
 	n, seen := q.warm[k]
 	if !seen && len(q.warm) >= 4*q.cfg.MaxKeys {
 		q.wmu.Unlock()
@@ -291,7 +307,7 @@ func (q *quota) session() {
 			q.apply(resp)
 		}
 	}()
-	domain := q.cfg.Domain
+	domain := QuotaDomain
 	send := func(us []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) bool {
 		if len(us) == 0 {
 			return true
@@ -362,7 +378,8 @@ func (q *quota) usage(b *qkey, now int64) *rlqsv3.RateLimitQuotaUsageReports_Buc
 
 // apply installs a response's assignments: as Envoy's filter does, a
 // repeated strategy only extends the TTL, another replaces the bucket
-// (full), and abandon forgets the key (it is checked by RPC again).
+// (full), and abandon forgets the key (it is checked by RPC again, for
+// unbatchableFor without being counted).
 func (q *quota) apply(resp *rlqsv3.RateLimitQuotaResponse) {
 	now := q.now()
 	for _, a := range resp.GetBucketAction() {
@@ -377,6 +394,11 @@ func (q *quota) apply(resp *rlqsv3.RateLimitQuotaResponse) {
 			q.mu.Lock()
 			delete(q.keys, k)
 			q.mu.Unlock()
+			q.wmu.Lock()
+			if len(q.unbatchable) < q.cfg.MaxKeys {
+				q.unbatchable[k] = q.now() + int64(unbatchableFor)
+			}
+			q.wmu.Unlock()
 			continue
 		}
 		qa := a.GetQuotaAssignmentAction()

@@ -22,6 +22,7 @@ import (
 
 	"github.com/allot-dev/allot/client"
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/rlqs"
 	"github.com/allot-dev/allot/internal/testenv/redistest"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
@@ -218,4 +219,34 @@ func TestQuotaConcurrentCallersSpendOnlyTheirBatches(t *testing.T) {
 	t.Logf("allowed %d of %d assigned", allowed.Load(), s.assigned.Load())
 	assert.Positive(t, allowed.Load())
 	assert.LessOrEqual(t, allowed.Load(), s.assigned.Load())
+}
+
+func TestQuotaDomainIsTheNodes(t *testing.T) {
+	assert.Equal(t, rlqs.RPCDomain, client.QuotaDomain)
+}
+
+// A hot identity an exact policy limits is abandoned by the node and
+// checked by RPC: never denied locally for want of a batch.
+func TestQuotaLeavesExactPoliciesToRPC(t *testing.T) {
+	redistest.Require(t)
+	path := filepath.Join(t.TempDir(), "p.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`
+policies:
+  - id: exact
+    per: [tenant]
+    limits:
+      - {name: per_second, algorithm: token_bucket, limit: 1000000, period: 1s}
+`), 0o600))
+	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", PoliciesPath: path, Redis: []string{redistest.Server(t).Addr}})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })
+	r := &rpcs{}
+	c := newClient(t, []string{n.Addr()}, r, client.WithQuota(client.Quota{ReportInterval: 50 * time.Millisecond}))
+	req := &ratelimitv1.RateLimitRequest{TenantId: "t"}
+	var out ratelimitv1.RateLimitResponse
+	for end := time.Now().Add(time.Second); time.Now().Before(end); {
+		require.NoError(t, c.CheckTo(context.Background(), req, &out))
+		require.Equal(t, ratelimitv1.RateLimitResponse_ALLOWED, out.Decision, "an exact policy under its limit never denies")
+	}
+	assert.Positive(t, r.total())
 }

@@ -57,6 +57,11 @@ type Grant struct {
 	Reason   string
 	// Degraded: decided by on_store_failure, without the store.
 	Degraded bool
+	// Unbatchable: a GrantDenyAll because no batch can decide these
+	// requests (an exact policy, or a node that leases nothing), not
+	// because they are over a limit: a client that can check by RPC
+	// should.
+	Unbatchable bool
 }
 
 // Reserve takes a batch of up to size(rate) requests of r's cost from the
@@ -85,12 +90,12 @@ func (d *Decider) Reserve(ctx context.Context, r *policy.Request, size func(rate
 		return Grant{Kind: GrantAllowAll, Reason: "the route's requests cost nothing"}, nil
 	}
 	if d.leases == nil {
-		return Grant{Kind: GrantDenyAll, PolicyID: enforced[0].ID, Reason: "this node leases nothing (standalone): a batch client needs leased policies"}, nil
+		return Grant{Kind: GrantDenyAll, PolicyID: enforced[0].ID, Unbatchable: true, Reason: "this node leases nothing (standalone): a batch client needs leased policies"}, nil
 	}
 	rate := math.Inf(1)
 	for _, pol := range enforced {
 		if st.leased[pol] == nil {
-			return Grant{Kind: GrantDenyAll, PolicyID: pol.ID,
+			return Grant{Kind: GrantDenyAll, PolicyID: pol.ID, Unbatchable: true,
 				Reason: "policy " + pol.ID + " is exact: a batch client can only enforce `precision: leased` policies; check these requests with CheckRateLimit"}, nil
 		}
 		for i := range pol.Limits {

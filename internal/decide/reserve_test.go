@@ -78,6 +78,7 @@ func TestReserveBlanketAnswers(t *testing.T) {
 	g, err := d.Reserve(ctx, &policy.Request{Tenant: "t", Client: "c", Route: "/both"}, fixed(1))
 	require.NoError(t, err)
 	assert.Equal(t, decide.GrantDenyAll, g.Kind, "an exact policy cannot be decided by a batch")
+	assert.True(t, g.Unbatchable)
 	assert.Equal(t, "per-client", g.PolicyID)
 	assert.Contains(t, g.Reason, "exact")
 

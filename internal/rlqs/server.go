@@ -42,6 +42,12 @@ type Reserver interface {
 	Reserve(ctx context.Context, r *policy.Request, size func(rate float64) int64) (decide.Grant, error)
 }
 
+// RPCDomain is the domain of RLQS clients that check by RPC whatever they
+// hold no assignment for (client.WithQuota): a bucket no batch can decide
+// (an exact policy) is abandoned for them, where a client with no other
+// way to decide (Envoy) is told DENY_ALL.
+const RPCDomain = "allot.client"
+
 // Fixed settings (ARCHITECTURE.md, "Fixed settings" gives the reasons).
 const (
 	// DefaultMaxBuckets caps the buckets of one stream (Config.MaxBuckets).
@@ -66,7 +72,8 @@ const (
 // Event is one bucket's answer, for metrics.
 type Event struct {
 	// Kind is batch, empty (a batch of 0: the bucket had nothing to
-	// give), allow_all, deny_all, local or invalid (a bad bucket id).
+	// give), allow_all, deny_all, local, abandon (an exact policy's
+	// bucket, for an RPCDomain client) or invalid (a bad bucket id).
 	Kind     string
 	Requests int64 // for batch
 	PolicyID string
@@ -316,6 +323,17 @@ func (st *stream) assign(ctx context.Context, b *bucket, id *rlqsv3.BucketId) *r
 	case decide.GrantAllowAll:
 		ev.Kind = "allow_all"
 		return blanket(id, typev3.RateLimitStrategy_ALLOW_ALL, ttl)
+	case decide.GrantDenyAll:
+		if g.Unbatchable && st.domain == RPCDomain {
+			// This client checks by RPC what it holds no assignment for.
+			ev.Kind = "abandon"
+			return &rlqsv3.RateLimitQuotaResponse_BucketAction{
+				BucketId:     id,
+				BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}},
+			}
+		}
+		ev.Kind = "deny_all"
+		return blanket(id, typev3.RateLimitStrategy_DENY_ALL, ttl)
 	default:
 		ev.Kind = "deny_all"
 		return blanket(id, typev3.RateLimitStrategy_DENY_ALL, ttl)

@@ -312,3 +312,21 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// An exact policy's bucket is abandoned for a client that can check by
+// RPC, and DENY_ALL for one that cannot.
+func TestUnbatchableBucketsAreAbandonedForRPCClients(t *testing.T) {
+	c := serve(t, &reserver{grant: decide.Grant{Kind: decide.GrantDenyAll, Unbatchable: true}}, 0)
+	for domain, abandon := range map[string]bool{rlqs.RPCDomain: true, "envoy": false} {
+		s, err := c.StreamRateLimitQuotas(context.Background())
+		require.NoError(t, err)
+		resp, err := roundTrip(t, s, domain, report(map[string]string{"tenant": "a"}, 0, 0, 0))
+		require.NoError(t, err)
+		a := resp.BucketAction[0]
+		if abandon {
+			assert.NotNil(t, a.GetAbandonAction(), domain)
+		} else {
+			assert.Equal(t, typev3.RateLimitStrategy_DENY_ALL, a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule(), domain)
+		}
+	}
+}

@@ -10,13 +10,13 @@ import (
 
 // ObserveRLQS exposes the RLQS face (internal/rlqs): the returned hook
 // counts allot_rlqs_assignments_total{kind,policy} (kind: batch, empty,
-// allow_all, deny_all, local, invalid) and allot_rlqs_assigned_requests_total{policy}
+// allow_all, deny_all, local, abandon, invalid) and allot_rlqs_assigned_requests_total{policy}
 // (the requests of the batches), and the gauges allot_rlqs_streams and
 // allot_rlqs_buckets are read from open at every scrape. stop stops
 // reading open; Shutdown does too.
 func (t *Telemetry) ObserveRLQS(open func() (streams, buckets int64)) (hook func(ctx context.Context, kind, policy string, requests int64), stop func() error, err error) {
 	m := t.meter
-	assignments, e1 := m.Int64Counter("allot_rlqs_assignments", metric.WithDescription("RLQS bucket assignments sent, by kind (batch, empty, allow_all, deny_all, local, invalid) and policy."))
+	assignments, e1 := m.Int64Counter("allot_rlqs_assignments", metric.WithDescription("RLQS bucket answers sent, by kind (batch, empty, allow_all, deny_all, local, abandon, invalid) and policy."))
 	requests, e2 := m.Int64Counter("allot_rlqs_assigned_requests", metric.WithDescription("Requests assigned to RLQS clients in batches, by policy."))
 	streams, e3 := m.Int64ObservableGauge("allot_rlqs_streams", metric.WithDescription("RLQS streams open now."))
 	buckets, e4 := m.Int64ObservableGauge("allot_rlqs_buckets", metric.WithDescription("RLQS buckets held by the open streams now."))
