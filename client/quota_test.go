@@ -250,3 +250,30 @@ policies:
 	}
 	assert.Positive(t, r.total())
 }
+
+// With the stream down, a hot identity's assignment expires and its
+// checks go by RPC again, to OnUnreachable when no node answers.
+func TestQuotaStreamDownEndsInOnUnreachable(t *testing.T) {
+	s := &batchServer{size: 1 << 20, ttl: 200 * time.Millisecond}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	rlqsv3.RegisterRateLimitQuotaServiceServer(srv, s)
+	ratelimitv1.RegisterRateLimiterServiceServer(srv, s)
+	go func() { _ = srv.Serve(lis) }()
+	c, err := client.New([]string{lis.Addr().String()}, client.WithoutHealthCheck(), client.WithTimeout(200*time.Millisecond),
+		client.WithQuota(client.Quota{ReportInterval: 50 * time.Millisecond}))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	req := &ratelimitv1.RateLimitRequest{TenantId: "t"}
+	var out ratelimitv1.RateLimitResponse
+	require.Eventually(t, func() bool {
+		return c.CheckTo(ctx, req, &out) == nil && out.Decision == ratelimitv1.RateLimitResponse_ALLOWED
+	}, 10*time.Second, time.Millisecond, "decided from a batch (the server throttles every RPC)")
+	srv.Stop()
+	require.Eventually(t, func() bool {
+		err := c.CheckTo(ctx, req, &out, client.OnUnreachable(client.FailClosed))
+		return err == nil && client.Local(&out) && out.Decision == ratelimitv1.RateLimitResponse_THROTTLED
+	}, 10*time.Second, 10*time.Millisecond, "once the batch expired, no node: OnUnreachable")
+}
