@@ -150,8 +150,8 @@ func (q *quota) close() {
 	}
 }
 
-// live returns k's key if its assignment lives at now (unix ns); nil
-// sends the check to a node. A key not hot yet is counted (r).
+// live returns k's key if its assignment lives at now (q.now); nil sends
+// the check to a node. A key not hot yet is counted (r).
 func (q *quota) live(k denyKey, r *ratelimitv1.RateLimitRequest, now int64) *qkey {
 	q.mu.RLock()
 	b := q.keys[k]
@@ -192,7 +192,8 @@ func (b *qkey) decide(now int64, out *ratelimitv1.RateLimitResponse) bool {
 		return true
 	}
 	b.denied.Add(1)
-	// The next assignment comes with the next report; it may be empty too.
+	// Retry at the assignment's end at the latest: the next report's
+	// answer may bring a batch sooner, or be empty too.
 	wait := time.Duration(max(exp-now, 0))
 	out.Decision = ratelimitv1.RateLimitResponse_THROTTLED
 	out.RetryAfterMs = ceilDiv(int64(wait), int64(time.Millisecond))
