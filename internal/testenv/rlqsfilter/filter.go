@@ -157,8 +157,12 @@ func (b *bucket) decide(now time.Time, cfg Config) bool {
 	case *typev3.RateLimitStrategy_BlanketRule_:
 		return s.BlanketRule == typev3.RateLimitStrategy_ALLOW_ALL
 	case *typev3.RateLimitStrategy_TokenBucket:
-		b.tokens = min(b.max, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-		b.last = now
+		// A caller's now may precede the assignment's arrival: time
+		// never runs back for the bucket.
+		if now.After(b.last) {
+			b.tokens = min(b.max, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+			b.last = now
+		}
 		if b.tokens >= 1 {
 			b.tokens--
 			return true
