@@ -28,6 +28,27 @@ type Input struct {
 	Cost   int64
 }
 
+// Field is the field of in that f names, nil if f names none: the one
+// mapping of policy fields onto a check's input, for the faces that build
+// an Input from named fields (Envoy descriptors, RLQS bucket ids).
+func (in *Input) Field(f policy.Field) *string {
+	switch f {
+	case policy.FieldTenant:
+		return &in.Tenant
+	case policy.FieldClient:
+		return &in.Client
+	case policy.FieldRoute:
+		return &in.Route
+	case policy.FieldMethod:
+		return &in.Method
+	case policy.FieldIP:
+		return &in.IP
+	case policy.FieldTier:
+		return &in.Tier
+	}
+	return nil
+}
+
 // InvalidError says what is wrong with a request. Servers answer it with
 // gRPC InvalidArgument or HTTP 400; it is the only bad-input error type.
 type InvalidError struct {

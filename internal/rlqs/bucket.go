@@ -46,51 +46,28 @@ func bucketID(id *rlqsv3.BucketId, keys map[string]policy.Field) (string, policy
 	slices.Sort(names)
 	var b strings.Builder
 	var in decide.Input
+	seen := map[*string]bool{}
 	for _, k := range names {
 		v := m[k]
 		b.WriteString(k)
 		b.WriteByte('=')
 		b.WriteString(v)
 		b.WriteByte(0)
-		f, ok := keys[k]
-		if !ok {
+		p := in.Field(keys[k])
+		if p == nil {
 			return "", policy.Request{}, fmt.Errorf("bucket id key %q names no check field (known: %s)", k, known(keys))
 		}
-		if !set(&in, f, v) {
-			return "", policy.Request{}, fmt.Errorf("bucket id sets %s twice", f)
+		if seen[p] {
+			return "", policy.Request{}, fmt.Errorf("bucket id sets %s twice", keys[k])
 		}
+		seen[p] = true
+		*p = v
 	}
 	req, err := in.Request()
 	if err != nil {
 		return "", policy.Request{}, fmt.Errorf("bucket id: %w", err)
 	}
 	return b.String(), req, nil
-}
-
-// set fills field f of in with v, unless it is set already.
-func set(in *decide.Input, f policy.Field, v string) bool {
-	var p *string
-	switch f {
-	case policy.FieldTenant:
-		p = &in.Tenant
-	case policy.FieldClient:
-		p = &in.Client
-	case policy.FieldRoute:
-		p = &in.Route
-	case policy.FieldMethod:
-		p = &in.Method
-	case policy.FieldIP:
-		p = &in.IP
-	case policy.FieldTier:
-		p = &in.Tier
-	default:
-		return false
-	}
-	if *p != "" {
-		return false
-	}
-	*p = v
-	return true
 }
 
 // refusedID names a refused bucket id by a hash of its keys and values

@@ -170,26 +170,11 @@ func (s *Envoy) request(d *ratelimitcommonv3.RateLimitDescriptor, hits uint32) (
 			return decide.Request{}, &decide.InvalidError{Field: fmt.Sprintf("entries[%d]", j), Msg: fmt.Sprintf("key %q sets %s twice", e.GetKey(), f)}
 		}
 		seen[f] = true
-		setField(&in, f, e.GetValue())
+		if p := in.Field(f); p != nil {
+			*p = e.GetValue()
+		}
 	}
 	return in.Request()
-}
-
-func setField(in *decide.Input, f policy.Field, v string) {
-	switch f {
-	case policy.FieldTenant:
-		in.Tenant = v
-	case policy.FieldClient:
-		in.Client = v
-	case policy.FieldRoute:
-		in.Route = v
-	case policy.FieldMethod:
-		in.Method = v
-	case policy.FieldIP:
-		in.IP = v
-	case policy.FieldTier:
-		in.Tier = v
-	}
 }
 
 // descriptorStatus describes d's deciding limit; a descriptor no
