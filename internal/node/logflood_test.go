@@ -1,40 +1,25 @@
 package node_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/allot-dev/allot/internal/node"
 	"github.com/allot-dev/allot/internal/testenv/faultproxy"
+	"github.com/allot-dev/allot/internal/testenv/logbuf"
 	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/policy"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // During a Redis outage every failed lease refill logged a line (954 in
 // a 3 s stall at 200 req/s); now one per message per 10 s gets through.
@@ -42,7 +27,7 @@ func TestOutageLogLinesAreRateLimited(t *testing.T) {
 	redistest.Require(t)
 	in := redistest.Server(t)
 	p := faultproxy.New(t, in.Addr)
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	n, err := node.Start(context.Background(), node.Config{
 		GRPCAddr: "127.0.0.1:0", Redis: []string{p.Addr}, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		PoliciesPath: policyFile(t, `
@@ -68,4 +53,29 @@ policies:
 	refill := strings.Count(out, "lease refill failed")
 	require.GreaterOrEqual(t, refill, 1, "refills failed: %s", out)
 	assert.LessOrEqual(t, refill, 1, "one line per 10 s, not one per failed refill:\n%s", out)
+}
+
+// A client may send thousands of refused RLQS bucket ids: the node logs
+// them through the same rate limit, one line per 10 s.
+func TestRefusedRLQSBucketsAreRateLimited(t *testing.T) {
+	var logs logbuf.Buffer
+	n, err := node.Start(context.Background(), node.Config{
+		GRPCAddr: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(&logs, nil)), PoliciesPath: policyFile(t, rlqsPolicies),
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })
+	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	s, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(context.Background())
+	require.NoError(t, err)
+	us := make([]*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, 2000)
+	for i := range us {
+		us[i] = &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"name": fmt.Sprint(i)}}}
+	}
+	require.NoError(t, s.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "d", BucketQuotaUsages: us}))
+	resp, err := s.Recv()
+	require.NoError(t, err)
+	assert.Len(t, resp.GetBucketAction(), 2000)
+	assert.Equal(t, 1, strings.Count(logs.String(), "rlqs: bucket id refused"), logs.String())
 }

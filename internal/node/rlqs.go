@@ -14,7 +14,7 @@ import (
 // the Envoy RLS face keys descriptors, counted and traced when the node
 // has telemetry.
 func (n *Node) startRLQS() error {
-	cfg := rlqs.Config{Reserver: n.decider, Keys: server.DefaultEnvoyKeys(), Log: n.log}
+	cfg := rlqs.Config{Reserver: n.decider, Keys: server.DefaultEnvoyKeys(), Log: n.perRequestLog()}
 	if tel := n.cfg.Telemetry; tel != nil {
 		hook, stop, err := tel.ObserveRLQS(func() (int64, int64) { return n.rlqs.Open() })
 		if err != nil {

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/internal/policystore"
+	"github.com/allot-dev/allot/internal/testenv/logbuf"
 	"github.com/allot-dev/allot/internal/testenv/natstest"
 	"github.com/allot-dev/allot/internal/testenv/pgtest"
 	"github.com/allot-dev/allot/policy"
@@ -162,24 +162,6 @@ func TestPostgresPushesPlainSQLChanges(t *testing.T) {
 	assert.Equal(t, "junk", snap.Problems[0].Policy)
 }
 
-// lockedBuffer is a log sink safe for the reloader's goroutine.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // target records the sets a Reloader applies.
 type target struct{ set atomic.Pointer[policy.Set] }
 
@@ -189,7 +171,7 @@ func TestReloaderKeepsLastKnownGoodSet(t *testing.T) {
 	path := emptyFile(t, "p.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(handWritten), 0o600))
 	s := openURL(t, "file:"+path)
-	logs := &lockedBuffer{}
+	logs := &logbuf.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	r := policystore.NewReloader(s, log)
 	ctx, cancel := context.WithCancel(context.Background())

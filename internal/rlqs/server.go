@@ -94,7 +94,10 @@ type Config struct {
 	Observe func(ctx context.Context, ev Event)
 	// Tracer makes one span per report; nil makes none.
 	Tracer trace.Tracer
-	Log    *slog.Logger
+	// Log receives a line per refused bucket id: give it a rate-limited
+	// logger (the node's per-request one, internal/ratelog), since a
+	// client may send thousands. Nil discards.
+	Log *slog.Logger
 }
 
 // Server implements rlqsv3.RateLimitQuotaServiceServer.
@@ -104,26 +107,6 @@ type Server struct {
 	subs *subscribers
 	// streams and buckets count what is open now, for metrics.
 	streams, buckets atomic.Int64
-	// refusals counts refused bucket ids since the last warning, logged
-	// at lastWarn (unix ns) at most every warnEvery: a client can refuse
-	// thousands of ids a stream.
-	refusals, lastWarn atomic.Int64
-}
-
-// warnEvery rate-limits the refused-id warning.
-const warnEvery = 10 * time.Second
-
-// refused logs a refused bucket id, at most once per warnEvery, with how
-// many the previous line left unsaid.
-func (s *Server) refused(domain string, why error) {
-	n := s.refusals.Add(1)
-	now := time.Now().UnixNano()
-	last := s.lastWarn.Load()
-	if last != 0 && now-last < int64(warnEvery) || !s.lastWarn.CompareAndSwap(last, now) {
-		return
-	}
-	s.refusals.Add(-n)
-	s.cfg.Log.Warn("rlqs: bucket id refused, answered DENY_ALL (logged at most every 10s)", "domain", domain, "err", why, "refused", n)
 }
 
 // New returns a Server.
@@ -245,7 +228,7 @@ func (st *stream) bucket(id *rlqsv3.BucketId) (*bucket, error) {
 	st.buckets[key] = b
 	s.buckets.Add(1)
 	if bad != nil {
-		s.refused(st.domain, bad)
+		s.cfg.Log.Warn("rlqs: bucket id refused, answered DENY_ALL", "domain", st.domain, "err", bad)
 	}
 	return b, nil
 }

@@ -3,7 +3,6 @@ package rlqs_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math"
 	"net"
 	"runtime"
@@ -270,63 +269,4 @@ func TestAFullStreamIsBounded(t *testing.T) {
 	assert.Less(t, grew, int64(16<<20))
 	_, err = roundTrip(t, s, "", report(map[string]string{"tenant": "one-more"}, 0, 0, 0))
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
-}
-
-// Thousands of refused ids make one log line, not thousands.
-func TestRefusedIDsDoNotFloodTheLog(t *testing.T) {
-	var buf syncBuffer
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := grpc.NewServer()
-	rlqsv3.RegisterRateLimitQuotaServiceServer(srv, rlqs.New(rlqs.Config{Reserver: &reserver{}, Keys: server.DefaultEnvoyKeys(), Log: slog.New(slog.NewTextHandler(&buf, nil))}))
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() })
-	s, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(context.Background())
-	require.NoError(t, err)
-	us := make([]*usage, 2000)
-	for i := range us {
-		us[i] = report(map[string]string{"name": fmt.Sprint(i)}, 0, 0, 0)
-	}
-	resp, err := roundTrip(t, s, "d", us...)
-	require.NoError(t, err)
-	assert.Len(t, resp.BucketAction, 2000)
-	assert.Equal(t, 1, strings.Count(buf.String(), "\n"), buf.String())
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// An exact policy's bucket is abandoned for a client that can check by
-// RPC, and DENY_ALL for one that cannot.
-func TestUnbatchableBucketsAreAbandonedForRPCClients(t *testing.T) {
-	c := serve(t, &reserver{grant: decide.Grant{Kind: decide.GrantDenyAll, Unbatchable: true}}, 0)
-	for domain, abandon := range map[string]bool{rlqs.RPCDomain: true, "envoy": false} {
-		s, err := c.StreamRateLimitQuotas(context.Background())
-		require.NoError(t, err)
-		resp, err := roundTrip(t, s, domain, report(map[string]string{"tenant": "a"}, 0, 0, 0))
-		require.NoError(t, err)
-		a := resp.BucketAction[0]
-		if abandon {
-			assert.NotNil(t, a.GetAbandonAction(), domain)
-		} else {
-			assert.Equal(t, typev3.RateLimitStrategy_DENY_ALL, a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule(), domain)
-		}
-	}
 }
