@@ -44,11 +44,15 @@ policies:
 const patient = 30 * time.Second
 
 // startNode runs a standalone node (no Redis) on a free port.
-func startNode(t testing.TB) *node.Node {
+func startNode(t testing.TB) *node.Node { return startNodeWith(t, policies) }
+
+// startNodeWith starts a node enforcing the policy file text pols, on the
+// Redis instances redis (none: standalone).
+func startNodeWith(t testing.TB, pols string, redis ...string) *node.Node {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "p.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(policies), 0o600))
-	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", PoliciesPath: path})
+	require.NoError(t, os.WriteFile(path, []byte(pols), 0o600))
+	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", PoliciesPath: path, Redis: redis})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })
 	return n

@@ -25,9 +25,6 @@ type Quota struct {
 	// report interval make it hot: from then on it is decided from its
 	// assignment. Default 16.
 	HotAfter int
-	// MaxKeys caps the hot identities (a node holds at most 4,096 buckets
-	// per stream). Default 4,096.
-	MaxKeys int
 }
 
 // QuotaDomain is the RLQS domain the client's stream names. It tells the node
@@ -35,6 +32,10 @@ type Quota struct {
 // bucket no batch can decide (one an exact policy limits) is abandoned,
 // and the client checks that identity by RPC from then on.
 const QuotaDomain = "allot.client"
+
+// maxQuotaKeys caps the hot identities: the buckets a node holds for one
+// stream (rlqs.DefaultMaxBuckets; a test keeps them equal).
+const maxQuotaKeys = 4096
 
 // unbatchableFor is how long an identity whose bucket the node abandoned
 // is checked by RPC before it may be subscribed again (a policy reload
@@ -45,7 +46,6 @@ const unbatchableFor = time.Minute
 const (
 	DefaultReportInterval = time.Second
 	DefaultHotAfter       = 16
-	DefaultMaxQuotaKeys   = 4096
 )
 
 // WithQuota makes the client an RLQS client (Envoy's Rate Limit Quota
@@ -123,9 +123,6 @@ func newQuota(q Quota, cfg config, rlq rlqsv3.RateLimitQuotaServiceClient) *quot
 	}
 	if q.HotAfter <= 0 {
 		q.HotAfter = DefaultHotAfter
-	}
-	if q.MaxKeys <= 0 {
-		q.MaxKeys = DefaultMaxQuotaKeys
 	}
 	qt := &quota{
 		cfg: q, rlq: rlq,
@@ -229,7 +226,7 @@ func (q *quota) note(k denyKey, r *ratelimitv1.RateLimitRequest) {
 		delete(q.unbatchable, k)
 	}
 	n, seen := q.warm[k]
-	if !seen && len(q.warm) >= 4*q.cfg.MaxKeys {
+	if !seen && len(q.warm) >= 4*maxQuotaKeys {
 		q.wmu.Unlock()
 		return
 	}
@@ -240,7 +237,7 @@ func (q *quota) note(k denyKey, r *ratelimitv1.RateLimitRequest) {
 		return
 	}
 	q.mu.Lock()
-	if q.keys[k] != nil || len(q.keys) >= q.cfg.MaxKeys {
+	if q.keys[k] != nil || len(q.keys) >= maxQuotaKeys {
 		q.mu.Unlock()
 		return
 	}
@@ -396,7 +393,7 @@ func (q *quota) apply(resp *rlqsv3.RateLimitQuotaResponse) {
 			delete(q.keys, k)
 			q.mu.Unlock()
 			q.wmu.Lock()
-			if len(q.unbatchable) < q.cfg.MaxKeys {
+			if len(q.unbatchable) < maxQuotaKeys {
 				q.unbatchable[k] = q.now() + int64(unbatchableFor)
 			}
 			q.wmu.Unlock()

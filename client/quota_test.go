@@ -4,8 +4,6 @@ import (
 	"context"
 	"math"
 	"net"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,7 +19,6 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/allot-dev/allot/client"
-	"github.com/allot-dev/allot/internal/node"
 	"github.com/allot-dev/allot/internal/rlqs"
 	"github.com/allot-dev/allot/internal/testenv/redistest"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
@@ -58,18 +55,14 @@ func (m *streamMessages) interceptor(ctx context.Context, desc *grpc.StreamDesc,
 // bucket's bound; a cold key is still checked by RPC.
 func TestQuotaDecidesHotKeysInProcess(t *testing.T) {
 	redistest.Require(t)
-	path := filepath.Join(t.TempDir(), "p.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(`
+	n := startNodeWith(t, `
 policies:
   - id: hot
     per: [tenant]
     precision: leased
     limits:
       - {name: per_second, algorithm: token_bucket, limit: 1000, period: 1s}
-`), 0o600))
-	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", PoliciesPath: path, Redis: []string{redistest.Server(t).Addr}})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })
+`, redistest.Server(t).Addr)
 	r, msgs := &rpcs{}, &streamMessages{}
 	const interval = 200 * time.Millisecond
 	c := newClient(t, []string{n.Addr()}, r, client.WithQuota(client.Quota{ReportInterval: interval}),
@@ -221,25 +214,22 @@ func TestQuotaConcurrentCallersSpendOnlyTheirBatches(t *testing.T) {
 	assert.LessOrEqual(t, allowed.Load(), s.assigned.Load())
 }
 
-func TestQuotaDomainIsTheNodes(t *testing.T) {
+func TestQuotaDomainAndKeysAreTheNodes(t *testing.T) {
 	assert.Equal(t, rlqs.RPCDomain, client.QuotaDomain)
+	assert.Equal(t, rlqs.DefaultMaxBuckets, client.MaxQuotaKeys)
 }
 
 // A hot identity an exact policy limits is abandoned by the node and
 // checked by RPC: never denied locally for want of a batch.
 func TestQuotaLeavesExactPoliciesToRPC(t *testing.T) {
 	redistest.Require(t)
-	path := filepath.Join(t.TempDir(), "p.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(`
+	n := startNodeWith(t, `
 policies:
   - id: exact
     per: [tenant]
     limits:
       - {name: per_second, algorithm: token_bucket, limit: 1000000, period: 1s}
-`), 0o600))
-	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", PoliciesPath: path, Redis: []string{redistest.Server(t).Addr}})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })
+`, redistest.Server(t).Addr)
 	r := &rpcs{}
 	c := newClient(t, []string{n.Addr()}, r, client.WithQuota(client.Quota{ReportInterval: 50 * time.Millisecond}))
 	req := &ratelimitv1.RateLimitRequest{TenantId: "t"}
