@@ -8,8 +8,12 @@ import (
 // TakeUpTo takes between 1 and most tokens for the key of lim and
 // subject, for a caller that spends a batch of them elsewhere (an RLQS
 // client's assignment, internal/rlqs). It takes what is on hand, up to
-// most; when that is short it joins a refill sized for the rest (see
-// size), and takes what that brought too. A pace set before it does not
+// most; when that is short it joins a refill sized for want (at least
+// the rest; see size), and takes what that brought too, up to most. A
+// want above most leaves the difference on hand, in this node's lease,
+// for the other batch takers of the key (the other clients of a bucket
+// on this node): taken from the region bucket now rather than left there
+// to overflow its burst. A pace set before it does not
 // stop that refill (see takeSlow); a denial by its own refill does, and
 // a Result that took nothing is not Allowed. It never answers
 // Result.Exact: a caller taking batches is warm by construction.
@@ -17,7 +21,7 @@ import (
 // The tokens may be spent only until the batch's own expiry, which the
 // caller bounds: the overshoot bound then grows by that time
 // (ARCHITECTURE.md, "RLQS: assignments from leases").
-func (m *Manager) TakeUpTo(ctx context.Context, lim *Limit, subject []byte, most int64) (Result, error) {
+func (m *Manager) TakeUpTo(ctx context.Context, lim *Limit, subject []byte, most, want int64) (Result, error) {
 	var r Result
 	if most <= 0 {
 		return r, errors.New("lease: TakeUpTo of no tokens")
@@ -30,7 +34,7 @@ func (m *Manager) TakeUpTo(ctx context.Context, lim *Limit, subject []byte, most
 	}
 	// Short: join a refill sized for the rest, and take what it brought.
 	// What was on hand is kept whatever the refill answers.
-	err := m.takeSlow(ctx, lim, subject, 1, most-got.t.n, h, sh, nil, true, &r)
+	err := m.takeSlow(ctx, lim, subject, 1, max(want-got.t.n, most-got.t.n), h, sh, nil, true, &r)
 	if err != nil || !r.Allowed {
 		if got.Allowed {
 			return got, nil

@@ -19,7 +19,7 @@ func TestTakeUpToTakesBatchesWithinTheBucket(t *testing.T) {
 
 	var got []int64
 	for range 8 {
-		r, err := m.TakeUpTo(ctx, lim, subj, 4)
+		r, err := m.TakeUpTo(ctx, lim, subj, 4, 0)
 		require.NoError(t, err)
 		assert.False(t, r.Exact)
 		assert.LessOrEqual(t, r.Tokens(), int64(4))
@@ -45,14 +45,14 @@ func TestGiveBackPartKeepsTheRest(t *testing.T) {
 	m := newManager(t, newFake(clk), clk)
 	lim := newLimit(t, m, spec(10, time.Hour, 10), Config{MaxShare: 1}, false)
 	ctx := context.Background()
-	r, err := m.TakeUpTo(ctx, lim, []byte("a"), 10)
+	r, err := m.TakeUpTo(ctx, lim, []byte("a"), 10, 0)
 	require.NoError(t, err)
 	require.Equal(t, int64(10), r.Tokens())
 	m.GiveBackPart(&r, 3)
 	assert.Equal(t, int64(7), r.Tokens())
 	m.GiveBackPart(&r, 100) // no more than it holds
 	assert.Zero(t, r.Tokens())
-	back, err := m.TakeUpTo(ctx, lim, []byte("a"), 20)
+	back, err := m.TakeUpTo(ctx, lim, []byte("a"), 20, 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(10), back.Tokens(), "what was given back is on hand again")
 }
@@ -66,7 +66,7 @@ func TestTakeUpToIsNeverSentToTheExactPath(t *testing.T) {
 	r, err := m.Take(context.Background(), lim, []byte("cold"), 1)
 	require.NoError(t, err)
 	require.True(t, r.Exact, "a cold key's Take goes exact")
-	r, err = m.TakeUpTo(context.Background(), lim, []byte("cold"), 5)
+	r, err = m.TakeUpTo(context.Background(), lim, []byte("cold"), 5, 0)
 	require.NoError(t, err)
 	assert.False(t, r.Exact)
 	assert.True(t, r.Allowed)
@@ -79,8 +79,26 @@ func TestTakeUpToSurfacesStoreErrors(t *testing.T) {
 	src.fail = assert.AnError
 	m := newManager(t, src, clk)
 	lim := newLimit(t, m, spec(100, time.Second, 100), Config{}, false)
-	_, err := m.TakeUpTo(context.Background(), lim, []byte("a"), 5)
+	_, err := m.TakeUpTo(context.Background(), lim, []byte("a"), 5, 0)
 	assert.ErrorIs(t, err, assert.AnError)
-	_, err = m.TakeUpTo(context.Background(), lim, []byte("a"), 0)
+	_, err = m.TakeUpTo(context.Background(), lim, []byte("a"), 0, 0)
 	assert.Error(t, err)
+}
+
+// A want above most leaves the rest on hand for the key's next taker,
+// out of the region bucket (where it could overflow the burst).
+func TestTakeUpToWantLeavesTheRestOnHand(t *testing.T) {
+	clk := NewManualClock()
+	src := newFake(clk)
+	m := newManager(t, src, clk)
+	lim := newLimit(t, m, spec(10, time.Hour, 10), Config{MaxShare: 1}, false)
+	ctx := context.Background()
+	r, err := m.TakeUpTo(ctx, lim, []byte("a"), 4, 10)
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), r.Tokens())
+	calls := src.calls
+	r, err = m.TakeUpTo(ctx, lim, []byte("a"), 6, 6)
+	require.NoError(t, err)
+	assert.Equal(t, int64(6), r.Tokens(), "the other 6 were on hand")
+	assert.Equal(t, calls, src.calls, "no second lease call")
 }

@@ -64,16 +64,19 @@ type Grant struct {
 	Unbatchable bool
 }
 
-// Reserve takes a batch of up to size(rate) requests of r's cost from the
-// leases of every enforced policy matching r (rate: the tightest one's,
-// in requests/s), all-or-nothing across them: the batch is what the
+// Reserve takes a batch of up to n requests of r's cost, where n, all :=
+// size(rate), from the leases of every enforced policy matching r (rate:
+// the tightest one's, in requests/s); all (>= n) is what every batch
+// taker of r on this node will want this round, so that a refill brings
+// it at once and the rest waits on hand (lease.Manager.TakeUpTo). It is
+// all-or-nothing across the policies: the batch is what the
 // scarcest gave, and the others get the rest back. Shadow policies are
 // skipped (they never deny). An exact enforced policy answers
 // GrantDenyAll: only leased policies can be decided by a batch. A store
 // failure decides by the strictest on_store_failure of the enforced
 // policies (closed, then local, then open); an overload (the caller's ctx
 // ended while a refill was awaited) is returned as an error.
-func (d *Decider) Reserve(ctx context.Context, r *policy.Request, size func(rate float64) int64) (Grant, error) {
+func (d *Decider) Reserve(ctx context.Context, r *policy.Request, size func(rate float64) (n, all int64)) (Grant, error) {
 	st := d.state.Load()
 	tier, cost := st.set.Tier(r), st.set.Cost(r)
 	var mbuf, ebuf [8]*policy.Compiled
@@ -102,7 +105,8 @@ func (d *Decider) Reserve(ctx context.Context, r *policy.Request, size func(rate
 			rate = min(rate, regionalSpec(pol, &pol.Limits[i], d.regions).Rate()/float64(cost))
 		}
 	}
-	n := min(size(rate), math.MaxInt64/cost)
+	n, all := size(rate)
+	n, all = min(n, math.MaxInt64/cost), min(max(all, n), math.MaxInt64/cost)
 	if n <= 0 {
 		return Grant{Kind: GrantBatch, Rate: rate}, nil
 	}
@@ -114,7 +118,7 @@ take:
 	for _, pol := range enforced {
 		subject := pol.AppendSubject(subj[:0], r, tier)
 		for _, ll := range st.leased[pol] {
-			res, err := d.leases.TakeUpTo(ctx, ll, subject, n*cost)
+			res, err := d.leases.TakeUpTo(ctx, ll, subject, n*cost, all*cost)
 			if err != nil {
 				cause = err
 				break take

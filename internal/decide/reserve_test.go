@@ -15,14 +15,16 @@ import (
 	"github.com/allot-dev/allot/region"
 )
 
-func fixed(n int64) func(float64) int64 { return func(float64) int64 { return n } }
+func fixed(n int64) func(float64) (int64, int64) {
+	return func(float64) (int64, int64) { return n, n }
+}
 
 func TestReserveTakesBatchesFromTheLeasesChecksUse(t *testing.T) {
 	d, _ := leasedDecider(t)
 	ctx := context.Background()
 	req := &policy.Request{Tenant: "acme", Route: "/x"}
 	var rate float64
-	g, err := d.Reserve(ctx, req, func(r float64) int64 { rate = r; return 6 })
+	g, err := d.Reserve(ctx, req, func(r float64) (int64, int64) { rate = r; return 6, 6 })
 	require.NoError(t, err)
 	require.Equal(t, decide.GrantBatch, g.Kind)
 	assert.Equal(t, int64(6), g.Requests)
@@ -173,7 +175,7 @@ policies:
 	var rate float64
 	var got int64
 	for range 5 {
-		g, err := d.Reserve(context.Background(), &policy.Request{Tenant: "t"}, func(r float64) int64 { rate = r; return 100 })
+		g, err := d.Reserve(context.Background(), &policy.Request{Tenant: "t"}, func(r float64) (int64, int64) { rate = r; return 100, 100 })
 		require.NoError(t, err)
 		got += g.Requests
 	}

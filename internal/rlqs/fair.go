@@ -41,21 +41,29 @@ func (s *subscribers) drop(id string, b *bucket) {
 	}
 }
 
-// part is b's max-min fair part of rate among id's subscribers, and how
-// many there are.
-func (s *subscribers) part(id string, b *bucket, rate float64) (float64, int) {
+// part is b's max-min fair part of rate among id's subscribers, and what
+// they ask for together, at most rate.
+func (s *subscribers) part(id string, b *bucket, rate float64) (mine, all float64) {
 	s.mu.Lock()
 	m := s.by[id]
 	ds := make([]float64, 0, len(m))
-	mine := math.Inf(1)
+	ask, sum := math.Inf(1), 0.0
 	for o, d := range m {
 		ds = append(ds, d)
+		sum += d
 		if o == b {
-			mine = d
+			ask = d
 		}
 	}
 	s.mu.Unlock()
-	return maxMin(rate, mine, ds), max(len(ds), 1)
+	return maxMin(rate, ask, ds), min(rate, sum)
+}
+
+// count is how many subscribers id has (at least 1).
+func (s *subscribers) count(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return max(len(s.by[id]), 1)
 }
 
 // maxMin is the max-min fair part of rate of a demand mine among demands

@@ -39,7 +39,7 @@ import (
 
 // Reserver takes batches: *decide.Decider.
 type Reserver interface {
-	Reserve(ctx context.Context, r *policy.Request, size func(rate float64) int64) (decide.Grant, error)
+	Reserve(ctx context.Context, r *policy.Request, size func(rate float64) (n, all int64)) (decide.Grant, error)
 }
 
 // RPCDomain is the domain of RLQS clients that check by RPC whatever they
@@ -266,9 +266,10 @@ func (st *stream) assign(ctx context.Context, b *bucket, id *rlqsv3.BucketId) *r
 		return blanket(id, typev3.RateLimitStrategy_DENY_ALL, ttl)
 	}
 	var subscribers int
-	g, err := s.cfg.Reserver.Reserve(ctx, &b.req, func(rate float64) int64 {
-		part, _ := s.subs.part(b.id, b, rate)
-		return int64(math.Ceil(min(part*st.interval.Seconds(), math.MaxUint32)))
+	g, err := s.cfg.Reserver.Reserve(ctx, &b.req, func(rate float64) (int64, int64) {
+		part, all := s.subs.part(b.id, b, rate)
+		batch := func(r float64) int64 { return int64(math.Ceil(min(r*st.interval.Seconds(), math.MaxUint32))) }
+		return batch(part), batch(all)
 	})
 	if err != nil {
 		s.cfg.Log.Debug("rlqs: round shed", "err", err)
@@ -293,7 +294,7 @@ func (st *stream) assign(ctx context.Context, b *bucket, id *rlqsv3.BucketId) *r
 		})
 	case decide.GrantLocal:
 		ev.Kind = "local"
-		_, subscribers = s.subs.part(b.id, b, 0)
+		subscribers = s.subs.count(b.id)
 		rate := g.LocalRate / float64(subscribers)
 		burst := g.LocalBurst / int64(subscribers)
 		if rate <= 0 || burst <= 0 {

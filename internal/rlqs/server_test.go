@@ -36,10 +36,10 @@ type reserver struct {
 	reqs  []policy.Request
 }
 
-func (r *reserver) Reserve(_ context.Context, req *policy.Request, size func(float64) int64) (decide.Grant, error) {
+func (r *reserver) Reserve(_ context.Context, req *policy.Request, size func(float64) (int64, int64)) (decide.Grant, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := size(1000)
+	n, _ := size(1000)
 	r.sizes = append(r.sizes, n)
 	r.reqs = append(r.reqs, *req)
 	g := r.grant
