@@ -52,7 +52,7 @@ func benchReport(b *testing.B, kind string, n int, es []entry) {
 	b.Run(fmt.Sprintf("%s/keys=%d", kind, n), func(b *testing.B) {
 		var bytes, chunks int
 		for b.Loop() {
-			msgs := encodeReport("eu-west-1", 179599367, 10000, es, 1<<20)
+			msgs := encodeReport("eu-west-1", roundID{179599367, 10000, false}, es, 1<<20)
 			bytes, chunks = 0, len(msgs)
 			for _, m := range msgs {
 				bytes += proto.Size(m)
@@ -77,7 +77,7 @@ func BenchmarkEpochCPU(b *testing.B) {
 			mine := hotKeys(n)
 			var msgs []*coordv1.Message
 			for _, r := range []string{"ap", "us"} {
-				msgs = append(msgs, encodeReport(r, 1, k.Interval.Milliseconds(), hotKeys(n), 1<<20)...)
+				msgs = append(msgs, encodeReport(r, roundID{1, k.Interval.Milliseconds(), false}, hotKeys(n), 1<<20)...)
 			}
 			wire := make([][]byte, len(msgs))
 			for i, m := range msgs {
@@ -93,7 +93,7 @@ func BenchmarkEpochCPU(b *testing.B) {
 				for _, w := range wire {
 					c.fileWire(w) // as NATSTransport delivers it
 				}
-				r := c.roundOrEmpty(roundID{1, k.Interval.Milliseconds()})
+				r := c.roundOrEmpty(roundID{1, k.Interval.Milliseconds(), false})
 				heard := c.heard(r)
 				if len(heard) != len(regions) {
 					b.Fatalf("heard %v, want every region", heard)

@@ -32,7 +32,7 @@ const chunkOverhead = 256
 // encodeReport splits entries (sorted here by key) into chunks whose
 // encoded Message stays under maxBytes, front-coding each key against the
 // previous key of its chunk.
-func encodeReport(region string, epoch, intervalMS int64, entries []entry, maxBytes int) []*coordv1.Message {
+func encodeReport(region string, id roundID, entries []entry, maxBytes int) []*coordv1.Message {
 	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.key, b.key) })
 	budget := max(maxBytes-chunkOverhead-len(region), 1024)
 	var chunks [][]*coordv1.Entry
@@ -58,7 +58,7 @@ func encodeReport(region string, epoch, intervalMS int64, entries []entry, maxBy
 	out := make([]*coordv1.Message, len(chunks))
 	for i, c := range chunks {
 		out[i] = &coordv1.Message{
-			Region: region, Epoch: epoch, IntervalMs: intervalMS,
+			Region: region, Epoch: id.epoch, IntervalMs: id.intervalMS, Mid: id.mid,
 			Body: &coordv1.Message_Report{Report: &coordv1.ReportChunk{Chunk: uint32(i), Chunks: uint32(len(chunks)), Entries: c}},
 		}
 	}
@@ -94,6 +94,7 @@ func decodeEntries(es []*coordv1.Entry, dst []entry) []entry {
 type reportWire struct {
 	region            string
 	epoch, intervalMS int64
+	mid               bool
 	chunk, chunks     uint32
 	body              []byte // the ReportChunk
 	entries           int
@@ -119,15 +120,18 @@ func readReportWire(b []byte) (w reportWire, ok bool) {
 				return w, false
 			}
 			w.region, b = string(v), b[n:]
-		case (num == 2 || num == 3) && typ == protowire.VarintType:
+		case (num == 2 || num == 3 || num == 6) && typ == protowire.VarintType:
 			v, n := protowire.ConsumeVarint(b)
 			if n < 0 {
 				return w, false
 			}
-			if num == 2 {
+			switch num {
+			case 2:
 				w.epoch = int64(v)
-			} else {
+			case 3:
 				w.intervalMS = int64(v)
+			default:
+				w.mid = v != 0
 			}
 			b = b[n:]
 		case num == 4 && typ == protowire.BytesType && !report: // twice: proto merges

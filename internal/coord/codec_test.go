@@ -62,7 +62,7 @@ func receiver(t *testing.T) *Machine {
 func TestReportRoundTripsInChunksUnderMaxPayload(t *testing.T) {
 	const maxPayload = 4096
 	es := mixedEntries(2000)
-	msgs := encodeReport("us", 7, 10_000, slices.Clone(es), maxPayload)
+	msgs := encodeReport("us", roundID{7, 10_000, false}, slices.Clone(es), maxPayload)
 	if len(msgs) < 10 {
 		t.Fatalf("%d chunks: the test wants a report of many chunks", len(msgs))
 	}
@@ -79,7 +79,7 @@ func TestReportRoundTripsInChunksUnderMaxPayload(t *testing.T) {
 	}
 	slices.SortFunc(es, func(a, b entry) int { return strings.Compare(a.key, b.key) })
 	for name, m := range map[string]*Machine{"wire": wire, "decoded": decoded} {
-		a := m.rounds[roundID{7, 10_000}].reports["us"]
+		a := m.rounds[roundID{7, 10_000, false}].reports["us"]
 		if a == nil || !a.complete() || !slices.Equal(a.entries, es) || !slices.Equal(a.keyed, es) {
 			t.Errorf("%s: the report filed is not the one encoded", name)
 		}
@@ -132,10 +132,12 @@ func sameRounds(a, b *Machine) string {
 func TestWireIsFiledAsTheDecodedMessage(t *testing.T) {
 	var wire [][]byte
 	for _, from := range []string{"ap", "us", "eu"} {
-		wire = append(wire, marshalAll(t, encodeReport(from, 7, 10_000, mixedEntries(150), 1024))...)
+		wire = append(wire, marshalAll(t, encodeReport(from, roundID{7, 10_000, false}, mixedEntries(150), 1024))...)
 	}
+	wire = append(wire, marshalAll(t, encodeReport("us", roundID{7, 10_000, true}, mixedEntries(40), 1024))...) // a mid-interval round's
 	wire = append(wire, marshalAll(t, []*coordv1.Message{
 		{Region: "ap", Epoch: 7, IntervalMs: 10_000, Body: &coordv1.Message_Ack{Ack: &coordv1.Ack{Heard: []string{"ap", "us"}, Ok: true}}},
+		{Region: "ap", Epoch: 7, IntervalMs: 10_000, Mid: true, Body: &coordv1.Message_Ack{Ack: &coordv1.Ack{Heard: []string{"ap", "eu", "us"}, Ok: true}}},
 		{Region: "us", Epoch: 7, IntervalMs: 10_000, Body: &coordv1.Message_Report{Report: &coordv1.ReportChunk{Chunk: 9, Chunks: 2}}},
 		{Region: "ap", Epoch: 7, IntervalMs: 10_000},
 		{Region: "us", Epoch: 1, IntervalMs: 10_000, Body: &coordv1.Message_Report{Report: &coordv1.ReportChunk{Chunks: 1}}},
@@ -208,7 +210,7 @@ func TestDecodeEntriesCutsACorruptPrefix(t *testing.T) {
 // report in key order, and a key given twice keeps its last entry.
 func TestReportAssemblesInChunkOrder(t *testing.T) {
 	es := mixedEntries(500)
-	msgs := encodeReport("eu", 1, 1000, slices.Clone(es), 2048)
+	msgs := encodeReport("eu", roundID{1, 1000, false}, slices.Clone(es), 2048)
 	want := slices.Clone(es)
 	slices.SortFunc(want, func(a, b entry) int { return strings.Compare(a.key, b.key) })
 	r := rand.New(rand.NewPCG(3, 4))
@@ -234,7 +236,7 @@ func TestReportAssemblesInChunkOrder(t *testing.T) {
 // message proto.Unmarshal decodes from them is, or dropped as it is, and
 // never panic.
 func FuzzFileWire(f *testing.F) {
-	for _, m := range encodeReport("us", 7, 10_000, mixedEntries(40), 512) {
+	for _, m := range encodeReport("us", roundID{7, 10_000, false}, mixedEntries(40), 512) {
 		b, err := proto.Marshal(m)
 		if err != nil {
 			f.Fatal(err)

@@ -256,7 +256,9 @@ func (c *Coordinator) execute(ctx context.Context) {
 			r := *rd.Round
 			r.Stats.Compute = c.busy - c.busyAt
 			r.End = c.now()
-			c.stats.Store(&r.Stats)
+			if !r.Stats.Mid {
+				c.stats.Store(&r.Stats)
+			}
 			if c.cfg.Observe != nil {
 				c.cfg.Observe(ctx, r)
 			}

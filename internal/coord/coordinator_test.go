@@ -119,6 +119,52 @@ func TestSharesFollowTheEndOfTheInterval(t *testing.T) {
 		"shares %v one epoch after a shift half an interval old", n.shares(testKey))
 }
 
+// A shift just before an epoch is only partly in that epoch's window; the
+// mid-interval round halfway to the next epoch sees it whole and moves the
+// shares there (docs/multi-region.md, "Mid-interval rounds"). Without it
+// they would wait for the next epoch, 9 s later.
+func TestMidIntervalRoundFollowsAShiftBeforeTheEpoch(t *testing.T) {
+	n := newVnet(t, "ap", "eu", "us")
+	k := testKnobs()
+	k.Interval, k.ShareTTL = 10*time.Second, time.Minute
+	for _, r := range n.regions {
+		n.add(r, r, k, 0, testLogger(t))
+	}
+	n.setDemand(testKey, 200, 200, 200)
+	require.True(t, n.within(time.Minute, func() bool { return n.minRounds() >= 2 }), "two epochs")
+	require.True(t, near(n.shares(testKey), []float64{1. / 3, 1. / 3, 1. / 3}, 0.01), "even shares: %v", n.shares(testKey))
+
+	iv := k.Interval.Nanoseconds()
+	next := time.Unix(0, (n.now.UnixNano()/iv+1)*iv)
+	n.runUntil(next.Add(-time.Second))
+	n.setDemand(testKey, 20, 360, 20)
+	want := []float64{20. / 300, 260. / 300, 20. / 300}
+	n.runUntil(next.Add(k.Interval / 10))
+	require.False(t, near(n.shares(testKey), want, 0.01), "the epoch saw a third of the shift: %v", n.shares(testKey))
+	n.runUntil(next.Add(k.Interval/2 + k.Interval/10))
+	assert.True(t, near(n.shares(testKey), want, 0.001), "shares %v half an interval after the epoch", n.shares(testKey))
+	mids := 0
+	for _, mb := range n.members {
+		for _, r := range mb.rounds {
+			if r.Stats.Mid && r.Stats.Group && r.Stats.Keys == 1 {
+				mids++
+			}
+		}
+	}
+	assert.Equal(t, 3, mids, "one mid-interval round moved the key in each region")
+
+	// Steady demand: the next mid-interval rounds report nothing and
+	// write nothing.
+	n.runUntil(next.Add(2*k.Interval + k.Interval/2 + k.Interval/10))
+	for _, mb := range n.members {
+		last := mb.rounds[len(mb.rounds)-1]
+		assert.True(t, last.Stats.Mid, "%s: the last round is a mid-interval one", mb.id)
+		assert.Equal(t, 0, last.Stats.Keys, "%s: keys planned by a quiet mid-interval round", mb.id)
+		assert.Equal(t, 0, last.Stats.Written, "%s: shares written by a quiet mid-interval round", mb.id)
+		assert.Equal(t, 1, last.Stats.Chunks, "%s: a quiet region's report is one empty chunk", mb.id)
+	}
+}
+
 // The partition rows of docs/multi-region.md: an isolated region only
 // decays toward Unit/n; the others redistribute only what they hold;
 // after healing all converge.

@@ -39,6 +39,9 @@ import (
 //	Step(LockHeld)     -> Ready{WriteShares: grows}
 //	Step(SharesWritten)-> Ready{Round}
 //
+// Halfway through an epoch of at least 2·demandWindow, its mid-interval
+// round (mid.go) does the same without counts or quota writes.
+//
 // A Machine is not safe for concurrent use: one goroutine (the driver,
 // Coordinator.Run, or a test) owns it.
 type Machine struct {
@@ -65,6 +68,7 @@ type Machine struct {
 	windowFor, windowAsk time.Time
 	windowing            bool
 	rounds               map[roundID]*round
+	base                 midBase
 	quota                quotas
 	ran                  int64
 	stats                Stats
@@ -214,7 +218,21 @@ type epoch struct {
 	st      Stats
 }
 
-type roundID struct{ epoch, intervalMS int64 }
+// roundID names a round on the wire: an epoch, or with mid its
+// mid-interval round.
+type roundID struct {
+	epoch, intervalMS int64
+	mid               bool
+}
+
+// midBase is what the mid-interval round of an epoch builds on: whether
+// the epoch heard every region's complete report (every region then holds
+// the same reports of it, m.last) and this region's own report of it.
+type midBase struct {
+	epoch int64
+	all   bool
+	mine  []entry
+}
 
 // round is what arrived from the other regions for one epoch.
 type round struct {
@@ -402,9 +420,7 @@ func (m *Machine) Tick(now time.Time) {
 			m.renewing = true
 		}
 	}
-	if w := m.windowAt(); m.ep == nil && !w.IsZero() && !now.Before(w) && now.Before(m.next) {
-		m.out.Drain, m.windowing, m.windowFor, m.windowAsk = true, true, m.next, now
-	}
+	m.openWindow()
 	if m.ep == nil && !now.Before(m.next) {
 		m.begin()
 	}
@@ -419,6 +435,14 @@ func (m *Machine) Tick(now time.Time) {
 // snapshot short or long.
 const demandWindow = 3 * time.Second
 
+// openWindow asks for the drain that opens the next round's demand window
+// once it is due, between rounds.
+func (m *Machine) openWindow() {
+	if w := m.windowAt(); m.ep == nil && !w.IsZero() && !m.now.Before(w) && m.now.Before(m.next) {
+		m.out.Drain, m.windowing, m.windowFor, m.windowAsk = true, true, m.next, m.now
+	}
+}
+
 // windowAt is when the next epoch's demand window opens, zero when it is
 // not to be drained for: the window is the whole interval, or its drain
 // was asked already.
@@ -429,30 +453,70 @@ func (m *Machine) windowAt() time.Time {
 	return m.next.Add(-demandWindow)
 }
 
-// nextStart is the start of the first epoch after t.
+// nextStart is the start of the first round after t: the next epoch, or
+// the mid-interval round before it.
 func (m *Machine) nextStart(t time.Time) time.Time {
 	iv := m.knobs.Interval.Nanoseconds()
-	return time.Unix(0, (t.UnixNano()/iv+1)*iv)
+	k := t.UnixNano() / iv
+	if mid := k*iv + iv/2; midRounds(m.knobs.Interval) && mid > t.UnixNano() {
+		return time.Unix(0, mid)
+	}
+	return time.Unix(0, (k+1)*iv)
 }
 
-func (e *epoch) phase() time.Duration { return time.Duration(float64(e.k.Interval) * e.k.Gather) }
+// midRounds reports whether epochs of interval iv have a mid-interval
+// round: when half an interval holds a whole demand window. A shorter
+// interval already follows a shift within a few seconds.
+func midRounds(iv time.Duration) bool { return iv >= 2*demandWindow }
 
-// begin starts the epoch numbered by m.next.
+// phase is how long each gather waits: Gather of the round's interval,
+// half the epoch's for a mid-interval round.
+func (e *epoch) phase() time.Duration {
+	iv := e.k.Interval
+	if e.id.mid {
+		iv /= 2
+	}
+	return time.Duration(float64(iv) * e.k.Gather)
+}
+
+// begin starts the round due at m.next: an epoch, or its mid-interval
+// round.
 func (m *Machine) begin() {
 	k := m.knobs
 	iv := k.Interval.Nanoseconds()
 	start := m.next
-	e := &epoch{id: roundID{start.UnixNano() / iv, k.Interval.Milliseconds()}, k: k, start: start, stage: stageStart}
+	num := start.UnixNano() / iv
+	if start.UnixNano()%iv != 0 {
+		m.beginMid(k, num, start)
+		return
+	}
+	e := &epoch{id: roundID{num, k.Interval.Milliseconds(), false}, k: k, start: start, stage: stageStart}
 	e.wantDrain, e.wantHold = true, true
 	m.out.Drain, m.out.Hold = true, true
 	m.renewing = false // this Hold answers for it
 	m.ep = e
 }
 
-// finish ends the epoch under way and schedules the next.
+// beginMid starts the mid-interval round of epoch num, or skips it when
+// this region cannot take part: it is not the active coordinator, is still
+// listening, or did not hear every region's report of epoch num. The
+// others then do not hear it and skip the round too.
+func (m *Machine) beginMid(k Knobs, num int64, start time.Time) {
+	if !m.active || m.listening || !m.base.all || m.base.epoch != num {
+		m.finish()
+		return
+	}
+	e := &epoch{id: roundID{num, k.Interval.Milliseconds(), true}, k: k, start: start, stage: stageStart}
+	e.wantDrain, m.out.Drain = true, true
+	m.ep = e
+}
+
+// finish ends the round under way and schedules the next. A round that
+// ran into the next one's window opens it now, not at the next Tick.
 func (m *Machine) finish() {
 	m.ep = nil
 	m.next = m.nextStart(m.now)
+	m.openWindow()
 }
 
 // Step takes one input.
@@ -542,6 +606,11 @@ func (m *Machine) advance() {
 		switch e.stage {
 		case stageStart:
 			e.r = m.roundOrEmpty(e.id)
+			if e.id.mid {
+				m.midReport(e)
+				e.stage = stageReports
+				continue
+			}
 			if m.listening {
 				e.stage = stageListen
 				continue
@@ -559,9 +628,13 @@ func (m *Machine) advance() {
 			if completeReports(e.r) < others && m.now.Before(e.start.Add(phase)) {
 				return
 			}
+			if e.id.mid {
+				m.midShrink(e)
+				continue
+			}
 			m.shrink(e)
 		case stageShrink:
-			m.out.Messages = append(m.out.Messages, &coordv1.Message{Region: m.cfg.Region, Epoch: e.id.epoch, IntervalMs: e.id.intervalMS,
+			m.out.Messages = append(m.out.Messages, &coordv1.Message{Region: m.cfg.Region, Epoch: e.id.epoch, IntervalMs: e.id.intervalMS, Mid: e.id.mid,
 				Body: &coordv1.Message_Ack{Ack: &coordv1.Ack{Heard: e.heard, Ok: e.ok}}})
 			e.stage = stageAcks
 		case stageAcks:
@@ -612,7 +685,7 @@ func (m *Machine) report(e *epoch) {
 	e.mine = m.reportEntries(e.rates, e.k)
 	quotaEntries := m.quotaReport(e.counts, e.k)
 	e.st.Quotas = len(quotaEntries)
-	msgs := encodeReport(m.cfg.Region, e.id.epoch, e.id.intervalMS, append(slices.Clip(e.mine), quotaEntries...), m.cfg.MaxPayload)
+	msgs := encodeReport(m.cfg.Region, e.id, append(slices.Clip(e.mine), quotaEntries...), m.cfg.MaxPayload)
 	for _, msg := range msgs {
 		e.st.ReportBytes += proto.Size(msg)
 	}
@@ -624,6 +697,7 @@ func (m *Machine) report(e *epoch) {
 // remote quota counts.
 func (m *Machine) shrink(e *epoch) {
 	e.heard = m.heard(e.r)
+	m.base = midBase{epoch: e.id.epoch, all: len(e.heard) == len(m.cfg.Regions), mine: e.mine}
 	e.plans = m.plan(e.r, e.mine, e.heard, e.k)
 	// Quota counts need no two phases: they only ever raise what a region
 	// counts against its limit.
@@ -643,8 +717,14 @@ func (m *Machine) shrink(e *epoch) {
 	}
 }
 
-// done finishes an active epoch: stats and the round to observe.
+// done finishes an active round: stats and the round to observe.
 func (m *Machine) done(e *epoch) {
+	if e.id.mid {
+		m.out.Round = &Round{Start: e.start, Stats: e.st, Regions: len(m.cfg.Regions)}
+		m.log.Debug("coord: mid-interval round", "epoch", e.id.epoch, "heard", e.st.Heard, "group", e.st.Group, "keys", e.st.Keys, "written", e.st.Written)
+		m.finish()
+		return
+	}
 	m.ran++
 	e.st.Rounds = m.ran
 	m.stats = e.st
@@ -676,7 +756,7 @@ func (m *Machine) takeOver(in SharesRead) {
 
 // file stores a message in its round.
 func (m *Machine) file(msg *coordv1.Message) {
-	r := m.roundFrom(msg.GetRegion(), roundID{msg.GetEpoch(), msg.GetIntervalMs()})
+	r := m.roundFrom(msg.GetRegion(), roundID{msg.GetEpoch(), msg.GetIntervalMs(), msg.GetMid()})
 	if r == nil {
 		return
 	}
@@ -703,7 +783,7 @@ func (m *Machine) fileWire(b []byte) {
 		if w.region == m.cfg.Region || !slices.Contains(m.cfg.Regions, w.region) {
 			return // this region's own (each comes back) or an unknown region's: ignored, whatever it holds
 		}
-		id := roundID{w.epoch, w.intervalMS}
+		id := roundID{w.epoch, w.intervalMS, w.mid}
 		var a *assembly
 		if r := m.rounds[id]; r != nil {
 			a = r.reports[w.region]
@@ -758,6 +838,9 @@ func (m *Machine) round(id roundID) *round {
 	stale := func(r roundID) bool {
 		iv := max(r.intervalMS, 1)
 		start := r.epoch * iv
+		if r.mid {
+			start += iv / 2
+		}
 		return start < now-3*iv || start > now+2*iv
 	}
 	if stale(id) {
@@ -806,6 +889,7 @@ func (m *Machine) elect(held bool) {
 		clear(m.own)
 		clear(m.weight)
 		clear(m.unsure)
+		m.base = midBase{}
 		m.quota.reset()
 	}
 }

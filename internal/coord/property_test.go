@@ -41,12 +41,19 @@ func newSchedule(seed uint64, grow func(rebalance.KeyPlan, bool) rebalance.Share
 	regions := []string{"r0", "r1", "r2", "r3"}[:2+r.IntN(3)]
 	k := DefaultKnobs()
 	k.Interval = 100 * time.Millisecond
+	// Half the histories run production's 10 s interval, which has
+	// mid-interval rounds (too short an interval has none). The draw has
+	// its own source, so that the other draws, and the seeds cited below,
+	// are those of the 100 ms histories before mid-interval rounds.
+	if rand.New(rand.NewPCG(seed, 0x1d)).IntN(2) == 0 {
+		k.Interval = 10 * time.Second
+	}
 	k.Gather = 0.1 + 0.3*r.Float64()
 	k.HeavyHitter = 0 // every key with demand travels: the convergence check knows every input
 	k.Smoothing = 1
 	k.Decay = r.Float64()
 	k.Floor = 0.2 * r.Float64()
-	k.ShareTTL = time.Second
+	k.ShareTTL = max(time.Second, 2*k.Interval)
 	s := &schedule{seed: seed, r: r, n: newVnet(nil, regions...), k: k, keys: []string{testKey, propKey2}[:1+r.IntN(2)]}
 	for _, name := range regions {
 		mb := s.n.add(name, name, k, 0, discard)

@@ -18,6 +18,7 @@ import (
 // per key would grow with traffic.
 type rebalanceInstruments struct {
 	rounds      metric.Int64Counter
+	midRounds   metric.Int64Counter
 	duration    metric.Float64Histogram
 	compute     metric.Float64Histogram
 	reportBytes metric.Int64Histogram
@@ -30,7 +31,7 @@ type rebalanceInstruments struct {
 
 func (t *Telemetry) rebalanceInstruments() error {
 	m, r := t.meter, &t.rebalance
-	var e [9]error
+	var e [10]error
 	r.rounds, e[0] = m.Int64Counter("allot_rebalance_rounds", metric.WithDescription("Rebalance epochs run as the region's active coordinator."))
 	r.duration, e[1] = m.Float64Histogram("allot_rebalance_duration", metric.WithUnit("s"),
 		metric.WithDescription("Wall time of one rebalance epoch (report, shrink, ack, grow), waits included."),
@@ -48,6 +49,7 @@ func (t *Telemetry) rebalanceInstruments() error {
 		metric.WithDescription("This region's share of each global key with a non-default share, over the default 1/n, observed every epoch (1 = fair share)."),
 		metric.WithExplicitBucketBoundaries(0.1, 0.25, 0.5, 0.75, 0.9, 1, 1.1, 1.25, 1.5, 2, 3, 5))
 	r.shares, e[8] = m.Int64Gauge("allot_region_shares", metric.WithDescription("Global keys for which this region holds a non-default share."))
+	r.midRounds, e[9] = m.Int64Counter("allot_rebalance_mid_rounds", metric.WithDescription("Mid-interval rounds run as the region's active coordinator, by outcome: skipped (not every region heard), quiet (no key moved), shrunk (planned, no group), moved (planned and grown)."))
 	if err := errors.Join(e[:]...); err != nil {
 		return fmt.Errorf("rebalance: %w", err)
 	}
@@ -61,6 +63,10 @@ func (t *Telemetry) ObserveRebalance(ctx context.Context, r observe.Round) {
 		return
 	}
 	in, st := &t.rebalance, r.Stats
+	if st.Mid {
+		t.observeMid(ctx, r)
+		return
+	}
 	in.rounds.Add(ctx, 1)
 	in.duration.Record(ctx, r.End.Sub(r.Start).Seconds())
 	in.compute.Record(ctx, st.Compute.Seconds())
@@ -90,6 +96,28 @@ func (t *Telemetry) ObserveRebalance(ctx context.Context, r observe.Round) {
 			attribute.Int("allot.keys", st.Keys),
 			attribute.Int("allot.keys_written", st.Written),
 			attribute.Int("allot.report_bytes", st.ReportBytes),
+		))
+	span.End(trace.WithTimestamp(r.End))
+}
+
+// observeMid records one mid-interval round and a span "coord.mid".
+func (t *Telemetry) observeMid(ctx context.Context, r observe.Round) {
+	st, outcome := r.Stats, "moved"
+	switch {
+	case st.Heard < r.Regions:
+		outcome = "skipped"
+	case st.Keys == 0:
+		outcome = "quiet"
+	case !st.Group:
+		outcome = "shrunk"
+	}
+	t.rebalance.midRounds.Add(ctx, 1, t.option("outcome", outcome, "", "").add...)
+	_, span := t.tracer.Start(ctx, "coord.mid", trace.WithTimestamp(r.Start), trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(
+			attribute.Int64("allot.epoch", st.Epoch),
+			attribute.String("allot.outcome", outcome),
+			attribute.Int("allot.keys", st.Keys),
+			attribute.Int("allot.keys_written", st.Written),
 		))
 	span.End(trace.WithTimestamp(r.End))
 }

@@ -70,6 +70,38 @@ func TestObserveRebalance(t *testing.T) {
 	assert.Equal(t, 300*time.Millisecond, spans[0].EndTime.Sub(spans[0].StartTime))
 }
 
+// A mid-interval round is counted by outcome and leaves the epoch's
+// figures alone.
+func TestObserveMidIntervalRounds(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tel := newTel(t, telemetry.Config{SpanExporter: exp})
+	start := time.Unix(1000, 0)
+	for _, st := range []observe.Stats{
+		{Mid: true, Heard: 2, Group: true, Keys: 1, Written: 1},
+		{Mid: true, Heard: 2, Group: true, Keys: 1, Written: 1},
+		{Mid: true, Heard: 2},
+		{Mid: true, Heard: 1},
+		{Mid: true, Heard: 2, Keys: 1, Written: 1},
+	} {
+		tel.ObserveRebalance(context.Background(), observe.Round{Start: start, End: start.Add(time.Millisecond), Stats: st, Regions: 2})
+	}
+	fams := scrape(t, tel)
+	got := map[string]float64{}
+	for _, m := range fams["allot_rebalance_mid_rounds_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "outcome" {
+				got[l.GetValue()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	assert.Equal(t, map[string]float64{"moved": 2, "quiet": 1, "skipped": 1, "shrunk": 1}, got)
+	assert.Nil(t, fams["allot_rebalance_rounds_total"], "epochs counted")
+	assert.Nil(t, fams["allot_rebalance_duration_seconds"], "epoch durations recorded")
+	spans := exp.GetSpans()
+	require.Len(t, spans, 5)
+	assert.Equal(t, "coord.mid", spans[0].Name)
+}
+
 // Redis results are classified; breakers read at scrape time.
 func TestObserveRedisAndBreakers(t *testing.T) {
 	tel := newTel(t, telemetry.Config{})

@@ -9,7 +9,8 @@ import (
 	"github.com/allot-dev/allot/rebalance"
 )
 
-// Round describes one finished active epoch for coord.Config.Observe.
+// Round describes one finished active epoch, or mid-interval round, for
+// coord.Config.Observe.
 type Round struct {
 	Start, End time.Time // wall clock of the epoch's work
 	Stats      Stats
@@ -21,9 +22,14 @@ type Round struct {
 	Shares  []rebalance.Share
 }
 
-// Stats describe the last epoch this coordinator ran as the active one.
+// Stats describe the last epoch this coordinator ran as the active one,
+// or with Mid that epoch's mid-interval round.
 type Stats struct {
 	Epoch int64
+	// Mid marks the epoch's mid-interval round (docs/multi-region.md,
+	// "Mid-interval rounds"): Keys are the keys any region reported moved,
+	// and Rounds and the shares in force are left out.
+	Mid bool
 	// Heard is how many regions' complete reports were used (self too).
 	Heard int
 	// Group says every heard region acknowledged the same view, so

@@ -43,7 +43,13 @@ type Message struct {
 	//
 	//	*Message_Report
 	//	*Message_Ack
-	Body          isMessage_Body `protobuf_oneof:"body"`
+	Body isMessage_Body `protobuf_oneof:"body"`
+	// mid marks the mid-interval round of the epoch: a report of the keys
+	// whose demand moved since the epoch's report, and its ack
+	// (docs/multi-region.md, "Mid-interval rounds"). Coordinators that
+	// predate it file such a message as a late duplicate of the epoch's and
+	// ignore it.
+	Mid           bool `protobuf:"varint,6,opt,name=mid" json:"mid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -122,6 +128,13 @@ func (x *Message) GetAck() *Ack {
 		}
 	}
 	return nil
+}
+
+func (x *Message) GetMid() bool {
+	if x != nil {
+		return x.Mid
+	}
+	return false
 }
 
 type isMessage_Body interface {
@@ -488,14 +501,15 @@ var File_coord_v1_coord_proto protoreflect.FileDescriptor
 
 const file_coord_v1_coord_proto_rawDesc = "" +
 	"\n" +
-	"\x14coord/v1/coord.proto\x12\x0eallot.coord.v1\"\xc0\x01\n" +
+	"\x14coord/v1/coord.proto\x12\x0eallot.coord.v1\"\xd2\x01\n" +
 	"\aMessage\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x1f\n" +
 	"\vinterval_ms\x18\x03 \x01(\x03R\n" +
 	"intervalMs\x125\n" +
 	"\x06report\x18\x04 \x01(\v2\x1b.allot.coord.v1.ReportChunkH\x00R\x06report\x12'\n" +
-	"\x03ack\x18\x05 \x01(\v2\x13.allot.coord.v1.AckH\x00R\x03ackB\x06\n" +
+	"\x03ack\x18\x05 \x01(\v2\x13.allot.coord.v1.AckH\x00R\x03ack\x12\x10\n" +
+	"\x03mid\x18\x06 \x01(\bR\x03midB\x06\n" +
 	"\x04body\"l\n" +
 	"\vReportChunk\x12\x14\n" +
 	"\x05chunk\x18\x01 \x01(\rR\x05chunk\x12\x16\n" +

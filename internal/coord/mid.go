@@ -1,0 +1,167 @@
+package coord
+
+import (
+	"math"
+	"slices"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/allot-dev/allot/rebalance"
+)
+
+// The mid-interval round (docs/multi-region.md, "Mid-interval rounds"):
+// halfway through an epoch whose reports every region heard, each region
+// reports only the keys whose demand moved by more than the headroom of
+// their fair share since its epoch report, and the keys any region
+// reported are planned again from those fresh figures and, for a region
+// that did not report a key, its figures of the epoch. With every region
+// heard, a key's targets depend only on those figures, which every region
+// holds alike; each region shrinks to at most its target, acks, and grows
+// to its target only when every region acked. A region that heard fewer
+// than all does nothing, so the others do not grow either.
+
+// midReport builds and publishes this region's mid-interval report: the
+// global keys whose demand of the window moved since the epoch's report
+// by more than Headroom of their fair rate L/n, among those of at least
+// HeavyHitter of it (before or now).
+func (m *Machine) midReport(e *epoch) {
+	e.st = Stats{Epoch: e.id.epoch, Mid: true}
+	k, n := e.k, float64(len(m.cfg.Regions))
+	var out []entry
+	consider := func(key string, now float64) {
+		lim, ok := m.cfg.Limits.Global(key)
+		if !ok {
+			return
+		}
+		before := 0.0
+		if b, ok := findRate(m.base.mine, key); ok {
+			before = float64(b.rate)
+		}
+		fair := lim.Rate / n
+		if math.Abs(now-before) <= k.Headroom*fair || max(now, before) < k.HeavyHitter*fair || max(now, before) == 0 {
+			return
+		}
+		s := m.own[key]
+		out = append(out, entry{key: key, rate: float32(now), weight: float32(rebalance.Smooth(m.weight[key], now, k.Smoothing)), share: s})
+	}
+	for key, rate := range e.rates {
+		consider(key, rate)
+	}
+	for _, b := range m.base.mine {
+		if _, ok := e.rates[b.key]; !ok {
+			consider(b.key, 0)
+		}
+	}
+	slices.SortFunc(out, func(a, b entry) int { return strings.Compare(a.key, b.key) })
+	e.mine = out
+	msgs := encodeReport(m.cfg.Region, e.id, slices.Clip(out), m.cfg.MaxPayload)
+	for _, msg := range msgs {
+		e.st.ReportBytes += proto.Size(msg)
+	}
+	e.st.Reported, e.st.Chunks = len(out), len(msgs)
+	m.out.Messages = append(m.out.Messages, msgs...)
+}
+
+// midShrink is the mid-interval round's first phase, when every region's
+// report arrived: plan the reported keys and write the shrunk shares. A
+// round that heard fewer, or in which nobody reported a key, ends here.
+func (m *Machine) midShrink(e *epoch) {
+	e.heard = []string{m.cfg.Region}
+	for name, a := range e.r.reports {
+		if a.complete() {
+			e.heard = append(e.heard, name)
+		}
+	}
+	slices.Sort(e.heard)
+	e.st.Heard = len(e.heard)
+	if len(e.heard) < len(m.cfg.Regions) {
+		m.done(e)
+		return
+	}
+	e.plans = m.midPlan(e)
+	e.st.Keys = len(e.plans.keys)
+	if len(e.plans.keys) == 0 {
+		m.done(e) // every region planned the same nothing: none waits for an ack
+		return
+	}
+	e.writing = m.updates(e.plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Shrunk[kp.Self] }, e.k, false)
+	e.st.Written += len(e.writing)
+	e.stage, e.ok = stageShrink, true
+	if len(e.writing) > 0 {
+		e.wantShares = true
+		m.out.WriteShares = e.writing
+	}
+}
+
+// midPlan plans every key of the mid-interval reports, in key order. A
+// region's figures for a key are its mid-interval entry, else its entry of
+// the epoch's report, else none (demand 0, the default share). This
+// region's own share is the one in force, so it never shrinks below what
+// its target will give back; the others' shares may be older in its view,
+// which changes only their first phase, never a target.
+func (m *Machine) midPlan(e *epoch) *plans {
+	regions := m.cfg.Regions
+	fresh := make([][]entry, len(regions))
+	base := make([][]entry, len(regions))
+	var keys []string
+	for i, name := range regions {
+		if name == m.cfg.Region {
+			fresh[i], base[i] = e.mine, m.base.mine
+		} else {
+			fresh[i], base[i] = e.r.reports[name].keyed, m.last[name]
+		}
+		for _, en := range fresh[i] {
+			if en.window == 0 {
+				keys = append(keys, en.key)
+			}
+		}
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	def := rebalance.Default(len(regions))
+	params := rebalance.Params{Floor: e.k.Floor, Decay: e.k.Decay, Headroom: e.k.Headroom}
+	ps := &plans{keys: make([]string, 0, len(keys))}
+	rs := make([]rebalance.Region, len(regions))
+	var kp rebalance.KeyPlan
+	for _, key := range keys {
+		lim, ok := m.cfg.Limits.Global(key)
+		if !ok {
+			continue
+		}
+		for i, name := range regions {
+			r := rebalance.Region{Name: name, Heard: true, Share: def}
+			en, ok := findRate(fresh[i], key)
+			if !ok {
+				en, ok = findRate(base[i], key)
+			}
+			if ok {
+				r.Demand = rebalance.Demand{Rate: float64(en.rate), Weight: float64(en.weight)}
+				if en.share != 0 {
+					r.Share = en.share
+				}
+			}
+			if name == m.cfg.Region {
+				if s, ok := m.own[key]; ok {
+					r.Share = s
+				} else {
+					r.Share = def
+				}
+			}
+			rs[i] = r
+		}
+		rebalance.PlanInto(&kp, m.cfg.Region, rs, lim.Rate, params)
+		ps.add(key, &kp)
+	}
+	return ps
+}
+
+// findRate returns key's demand entry of es (one entry per key, in key
+// order), if it has one.
+func findRate(es []entry, key string) (entry, bool) {
+	i, ok := slices.BinarySearchFunc(es, key, func(e entry, k string) int { return strings.Compare(e.key, k) })
+	if !ok || es[i].window != 0 {
+		return entry{}, false
+	}
+	return es[i], true
+}
