@@ -105,3 +105,51 @@ func BenchmarkEpochCPU(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMidRoundCPU is BenchmarkEpochCPU for a mid-interval round in
+// which every key moved in every region (its worst case: a quiet round
+// plans nothing): decode the two other mid reports, plan every key from
+// them with the epoch's reports behind, list both phases' updates.
+func BenchmarkMidRoundCPU(b *testing.B) {
+	for _, n := range []int{1_000, 100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			regions := []string{"ap", "eu", "us"}
+			k := DefaultKnobs()
+			id := roundID{1, k.Interval.Milliseconds(), true}
+			var msgs []*coordv1.Message
+			for _, r := range []string{"ap", "us"} {
+				msgs = append(msgs, encodeReport(r, id, hotKeys(n), 1<<20)...)
+			}
+			wire := make([][]byte, len(msgs))
+			for i, m := range msgs {
+				wire[i], _ = proto.Marshal(m)
+			}
+			c, err := NewMachine(MachineConfig{Region: "eu", Regions: regions, Limits: benchLimits})
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.Tick(time.UnixMilli(k.Interval.Milliseconds() * 3 / 2))
+			c.base = midBase{epoch: 1, all: true, mine: hotKeys(n)}
+			for _, r := range []string{"ap", "us"} {
+				c.last[r] = hotKeys(n)
+			}
+			e := &epoch{id: id, k: k, mine: hotKeys(n)}
+			for b.Loop() {
+				clear(c.rounds)
+				for _, w := range wire {
+					c.fileWire(w)
+				}
+				e.r = c.roundOrEmpty(id)
+				if completeReports(e.r) != 2 {
+					b.Fatal("the other regions' mid reports are not complete")
+				}
+				plans := c.midPlan(e)
+				if len(plans.keys) != n {
+					b.Fatalf("planned %d keys, want %d", len(plans.keys), n)
+				}
+				c.updates(plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Shrunk[kp.Self] }, k, false)
+				c.updates(plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Grow(true) }, k, false)
+			}
+		})
+	}
+}

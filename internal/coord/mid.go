@@ -100,40 +100,57 @@ func (m *Machine) midShrink(e *epoch) {
 // region's own share is the one in force, so it never shrinks below what
 // its target will give back; the others' shares may be older in its view,
 // which changes only their first phase, never a target.
+//
+// Every list is in key order, so the keys are merged and looked up by
+// cursors that only move forward, as plan does: no sort, no search.
 func (m *Machine) midPlan(e *epoch) *plans {
 	regions := m.cfg.Regions
-	fresh := make([][]entry, len(regions))
-	base := make([][]entry, len(regions))
-	var keys []string
+	fresh := make([]cursor, len(regions))
+	base := make([]cursor, len(regions))
+	next := make([]cursor, len(regions)) // the fresh keys not planned yet
+	most := 0
 	for i, name := range regions {
 		if name == m.cfg.Region {
-			fresh[i], base[i] = e.mine, m.base.mine
+			fresh[i].es, base[i].es = e.mine, m.base.mine
 		} else {
-			fresh[i], base[i] = e.r.reports[name].keyed, m.last[name]
+			fresh[i].es, base[i].es = e.r.reports[name].keyed, m.last[name]
 		}
-		for _, en := range fresh[i] {
-			if en.window == 0 {
-				keys = append(keys, en.key)
-			}
-		}
+		next[i].es = fresh[i].es
+		most = max(most, len(fresh[i].es))
 	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
 	def := rebalance.Default(len(regions))
 	params := rebalance.Params{Floor: e.k.Floor, Decay: e.k.Decay, Headroom: e.k.Headroom}
-	ps := &plans{keys: make([]string, 0, len(keys))}
+	ps := &plans{keys: make([]string, 0, most), shares: make([]rebalance.Share, 0, 3*len(regions)*most)}
 	rs := make([]rebalance.Region, len(regions))
 	var kp rebalance.KeyPlan
-	for _, key := range keys {
+	for {
+		key, found := "", false
+		for i := range next {
+			c := &next[i]
+			for c.at < len(c.es) && c.es[c.at].window != 0 {
+				c.at++ // a quota entry
+			}
+			if c.at < len(c.es) && (!found || c.es[c.at].key < key) {
+				key, found = c.es[c.at].key, true
+			}
+		}
+		if !found {
+			return ps
+		}
+		for i := range next {
+			if c := &next[i]; c.at < len(c.es) && c.es[c.at].key == key {
+				c.at++
+			}
+		}
 		lim, ok := m.cfg.Limits.Global(key)
 		if !ok {
 			continue
 		}
 		for i, name := range regions {
 			r := rebalance.Region{Name: name, Heard: true, Share: def}
-			en, ok := findRate(fresh[i], key)
+			en, ok := fresh[i].find(key)
 			if !ok {
-				en, ok = findRate(base[i], key)
+				en, ok = base[i].find(key)
 			}
 			if ok {
 				r.Demand = rebalance.Demand{Rate: float64(en.rate), Weight: float64(en.weight)}
@@ -153,15 +170,31 @@ func (m *Machine) midPlan(e *epoch) *plans {
 		rebalance.PlanInto(&kp, m.cfg.Region, rs, lim.Rate, params)
 		ps.add(key, &kp)
 	}
-	return ps
+}
+
+// cursor walks a list of entries (one per key, in key order) for keys
+// asked in increasing order.
+type cursor struct {
+	es []entry
+	at int
+}
+
+// find returns key's demand entry, if the list has one; keys asked later
+// must not be smaller.
+func (c *cursor) find(key string) (entry, bool) {
+	for c.at < len(c.es) && c.es[c.at].key < key {
+		c.at++
+	}
+	if c.at < len(c.es) && c.es[c.at].key == key && c.es[c.at].window == 0 {
+		return c.es[c.at], true
+	}
+	return entry{}, false
 }
 
 // findRate returns key's demand entry of es (one entry per key, in key
 // order), if it has one.
 func findRate(es []entry, key string) (entry, bool) {
-	i, ok := slices.BinarySearchFunc(es, key, func(e entry, k string) int { return strings.Compare(e.key, k) })
-	if !ok || es[i].window != 0 {
-		return entry{}, false
-	}
-	return es[i], true
+	c := cursor{es: es}
+	c.at, _ = slices.BinarySearchFunc(es, key, func(e entry, k string) int { return strings.Compare(e.key, k) })
+	return c.find(key)
 }

@@ -130,3 +130,108 @@ func mapPlan(m *Machine, r *round, mine []entry, heard []string, k Knobs) map[st
 	}
 	return plans
 }
+
+// TestMidPlanIsTheMapJoin: midPlan's merge plans the keys any region's
+// mid-interval report names, each from that region's mid entry, else its
+// epoch entry, else nothing, and this region's share in force, as a join
+// through maps does: random mid and epoch reports with quota counts and
+// keys of no global limit.
+func TestMidPlanIsTheMapJoin(t *testing.T) {
+	regions := []string{"ap", "eu", "us", "za"}
+	r := rand.New(rand.NewPCG(7, 8))
+	report := func(n int, quotas bool) []entry {
+		var es []entry
+		for i := range 60 {
+			if r.IntN(n) != 0 {
+				continue
+			}
+			key := fmt.Sprintf("rl:{t=%d}:global:rps", i)
+			if i%9 == 0 {
+				key = fmt.Sprintf("rl:{t=%d}:local:rps", i)
+			}
+			e := entry{key: key, rate: float32(r.IntN(400)), weight: float32(r.IntN(400))}
+			if r.IntN(3) > 0 {
+				e.share = rebalance.Share(r.Int64N(int64(rebalance.Unit) / 2))
+			}
+			if quotas && r.IntN(5) == 0 {
+				e = entry{key: key, window: 20_000, used: uint64(r.IntN(100))}
+			}
+			es = append(es, e)
+		}
+		return byKey(es)
+	}
+	index := func(es []entry) map[string]entry {
+		out := map[string]entry{}
+		for _, e := range es {
+			if e.window == 0 {
+				out[e.key] = e
+			}
+		}
+		return out
+	}
+	k := DefaultKnobs()
+	def := rebalance.Default(len(regions))
+	params := rebalance.Params{Floor: k.Floor, Decay: k.Decay, Headroom: k.Headroom}
+	for range 500 {
+		m, err := NewMachine(MachineConfig{Region: "eu", Regions: regions, Limits: testLimits, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := &epoch{k: k, r: &round{reports: map[string]*assembly{}}, mine: report(4, false)}
+		m.base.mine = report(2, false)
+		fresh := map[string]map[string]entry{"eu": index(e.mine)}
+		base := map[string]map[string]entry{"eu": index(m.base.mine)}
+		for _, name := range []string{"ap", "us", "za"} {
+			es := report(2+r.IntN(6), true)
+			e.r.reports[name] = &assembly{done: true, entries: es, keyed: es}
+			m.last[name] = report(2, true)
+			fresh[name], base[name] = index(es), index(m.last[name])
+		}
+		for key := range base["eu"] {
+			if r.IntN(2) == 0 {
+				m.own[key] = rebalance.Share(r.Int64N(int64(rebalance.Unit) / 2))
+			}
+		}
+
+		want := map[string]rebalance.KeyPlan{}
+		for _, f := range fresh {
+			for key := range f {
+				lim, ok := m.cfg.Limits.Global(key)
+				if !ok {
+					continue
+				}
+				var rs []rebalance.Region
+				for _, name := range regions {
+					reg := rebalance.Region{Name: name, Heard: true, Share: def}
+					en, ok := fresh[name][key]
+					if !ok {
+						en, ok = base[name][key]
+					}
+					if ok {
+						reg.Demand = rebalance.Demand{Rate: float64(en.rate), Weight: float64(en.weight)}
+						if en.share != 0 {
+							reg.Share = en.share
+						}
+					}
+					if name == "eu" {
+						reg.Share = def
+						if s, ok := m.own[key]; ok {
+							reg.Share = s
+						}
+					}
+					rs = append(rs, reg)
+				}
+				want[key] = rebalance.Plan("eu", rs, lim.Rate, params)
+			}
+		}
+		got := m.midPlan(e)
+		if keys := slices.Sorted(maps.Keys(want)); !slices.Equal(got.keys, keys) {
+			t.Fatalf("planned keys %v, want %v", got.keys, keys)
+		}
+		for i, key := range got.keys {
+			if g, w := fmt.Sprint(got.plan(i)), fmt.Sprint(want[key]); g != w {
+				t.Fatalf("key %s: plan %s, want %s", key, g, w)
+			}
+		}
+	}
+}
