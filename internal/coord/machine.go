@@ -443,7 +443,7 @@ func (m *Machine) openWindow() {
 	}
 }
 
-// windowAt is when the next epoch's demand window opens, zero when it is
+// windowAt is when the next round's demand window opens, zero when it is
 // not to be drained for: the window is the whole interval, or its drain
 // was asked already.
 func (m *Machine) windowAt() time.Time {
