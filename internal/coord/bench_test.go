@@ -64,6 +64,20 @@ func benchReport(b *testing.B, kind string, n int, es []entry) {
 	})
 }
 
+// hotWire is the reports of round id from ap and us, n hot keys each, as
+// they travel.
+func hotWire(id roundID, n int) [][]byte {
+	var msgs []*coordv1.Message
+	for _, r := range []string{"ap", "us"} {
+		msgs = append(msgs, encodeReport(r, id, hotKeys(n), 1<<20)...)
+	}
+	wire := make([][]byte, len(msgs))
+	for i, m := range msgs {
+		wire[i], _ = proto.Marshal(m)
+	}
+	return wire
+}
+
 // BenchmarkEpochCPU measures the coordinator's own CPU per interval for n
 // hot keys in 3 regions: decoding the two other reports (from the wire), planning every
 // key and listing the share updates of both phases (no network, no Redis).
@@ -75,14 +89,7 @@ func BenchmarkEpochCPU(b *testing.B) {
 			regions := []string{"ap", "eu", "us"}
 			k := DefaultKnobs()
 			mine := hotKeys(n)
-			var msgs []*coordv1.Message
-			for _, r := range []string{"ap", "us"} {
-				msgs = append(msgs, encodeReport(r, roundID{1, k.Interval.Milliseconds(), false}, hotKeys(n), 1<<20)...)
-			}
-			wire := make([][]byte, len(msgs))
-			for i, m := range msgs {
-				wire[i], _ = proto.Marshal(m)
-			}
+			wire := hotWire(roundID{1, k.Interval.Milliseconds(), false}, n)
 			c, err := NewMachine(MachineConfig{Region: "eu", Regions: regions, Limits: benchLimits})
 			if err != nil {
 				b.Fatal(err)
@@ -116,14 +123,7 @@ func BenchmarkMidRoundCPU(b *testing.B) {
 			regions := []string{"ap", "eu", "us"}
 			k := DefaultKnobs()
 			id := roundID{1, k.Interval.Milliseconds(), true}
-			var msgs []*coordv1.Message
-			for _, r := range []string{"ap", "us"} {
-				msgs = append(msgs, encodeReport(r, id, hotKeys(n), 1<<20)...)
-			}
-			wire := make([][]byte, len(msgs))
-			for i, m := range msgs {
-				wire[i], _ = proto.Marshal(m)
-			}
+			wire := hotWire(id, n)
 			c, err := NewMachine(MachineConfig{Region: "eu", Regions: regions, Limits: benchLimits})
 			if err != nil {
 				b.Fatal(err)

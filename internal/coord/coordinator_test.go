@@ -94,12 +94,11 @@ func TestTrafficShiftConvergesWithinTwoIntervals(t *testing.T) {
 	assert.LessOrEqual(t, ran, int64(2+1), "rounds from the shift to converged shares")
 }
 
-// At production's interval the shares follow the demand of the interval's
-// last demandWindow only: a shift older than that is seen whole at the
-// next epoch, so the shares move within one interval. Averaged over the
-// whole interval, the epoch after this shift would read the falling
-// regions at (200+20)/2 = 110/s, above their fair 100/s, and move nothing.
-func TestSharesFollowTheEndOfTheInterval(t *testing.T) {
+// evenAtProductionInterval is three regions at the 10 s interval, two
+// epochs into even demand on testKey with even shares, and the start of
+// the next epoch.
+func evenAtProductionInterval(t *testing.T) (*vnet, Knobs, time.Time) {
+	t.Helper()
 	n := newVnet(t, "ap", "eu", "us")
 	k := testKnobs()
 	k.Interval, k.ShareTTL = 10*time.Second, time.Minute
@@ -111,7 +110,16 @@ func TestSharesFollowTheEndOfTheInterval(t *testing.T) {
 	require.True(t, near(n.shares(testKey), []float64{1. / 3, 1. / 3, 1. / 3}, 0.01), "even shares: %v", n.shares(testKey))
 
 	iv := k.Interval.Nanoseconds()
-	next := time.Unix(0, (n.now.UnixNano()/iv+1)*iv) // epochs start on multiples of the interval
+	return n, k, time.Unix(0, (n.now.UnixNano()/iv+1)*iv) // epochs start on multiples of the interval
+}
+
+// At production's interval the shares follow the demand of the interval's
+// last demandWindow only: a shift older than that is seen whole at the
+// next epoch, so the shares move within one interval. Averaged over the
+// whole interval, the epoch after this shift would read the falling
+// regions at (200+20)/2 = 110/s, above their fair 100/s, and move nothing.
+func TestSharesFollowTheEndOfTheInterval(t *testing.T) {
+	n, k, next := evenAtProductionInterval(t)
 	n.runUntil(next.Add(-k.Interval / 2))
 	n.setDemand(testKey, 20, 360, 20)
 	n.runUntil(next.Add(k.Interval / 10)) // that epoch and its two phases
@@ -124,18 +132,7 @@ func TestSharesFollowTheEndOfTheInterval(t *testing.T) {
 // shares there (docs/multi-region.md, "Mid-interval rounds"). Without it
 // they would wait for the next epoch, 9 s later.
 func TestMidIntervalRoundFollowsAShiftBeforeTheEpoch(t *testing.T) {
-	n := newVnet(t, "ap", "eu", "us")
-	k := testKnobs()
-	k.Interval, k.ShareTTL = 10*time.Second, time.Minute
-	for _, r := range n.regions {
-		n.add(r, r, k, 0, testLogger(t))
-	}
-	n.setDemand(testKey, 200, 200, 200)
-	require.True(t, n.within(time.Minute, func() bool { return n.minRounds() >= 2 }), "two epochs")
-	require.True(t, near(n.shares(testKey), []float64{1. / 3, 1. / 3, 1. / 3}, 0.01), "even shares: %v", n.shares(testKey))
-
-	iv := k.Interval.Nanoseconds()
-	next := time.Unix(0, (n.now.UnixNano()/iv+1)*iv)
+	n, k, next := evenAtProductionInterval(t)
 	n.runUntil(next.Add(-time.Second))
 	n.setDemand(testKey, 20, 360, 20)
 	want := []float64{20. / 300, 260. / 300, 20. / 300}

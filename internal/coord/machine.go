@@ -704,13 +704,19 @@ func (m *Machine) shrink(e *epoch) {
 	m.fileQuotas(e.r, e.heard)
 	e.remote = m.quotaUpdates(e.start)
 	e.st.Heard, e.st.Keys = len(e.heard), len(e.plans.keys)
-	e.writing = m.updates(e.plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Shrunk[kp.Self] }, e.k, true)
-	e.st.Written += len(e.writing)
-	e.stage, e.ok = stageShrink, true
 	if len(e.remote) > 0 {
 		e.wantQuotas = true
 		m.out.WriteQuotas = e.remote
 	}
+	m.writeShrunk(e, true)
+}
+
+// writeShrunk asks for the first phase's writes of e's plans (with
+// refresh, also the unchanged shares updates lists) and awaits them.
+func (m *Machine) writeShrunk(e *epoch, refresh bool) {
+	e.writing = m.updates(e.plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Shrunk[kp.Self] }, e.k, refresh)
+	e.st.Written += len(e.writing)
+	e.stage, e.ok = stageShrink, true
 	if len(e.writing) > 0 {
 		e.wantShares = true
 		m.out.WriteShares = e.writing

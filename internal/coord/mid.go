@@ -85,13 +85,7 @@ func (m *Machine) midShrink(e *epoch) {
 		m.done(e) // every region planned the same nothing: none waits for an ack
 		return
 	}
-	e.writing = m.updates(e.plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Shrunk[kp.Self] }, e.k, false)
-	e.st.Written += len(e.writing)
-	e.stage, e.ok = stageShrink, true
-	if len(e.writing) > 0 {
-		e.wantShares = true
-		m.out.WriteShares = e.writing
-	}
+	m.writeShrunk(e, false)
 }
 
 // midPlan plans every key of the mid-interval reports, in key order. A

@@ -19,29 +19,7 @@ import (
 func TestPlanIsTheMapJoin(t *testing.T) {
 	regions := []string{"ap", "eu", "us", "za"}
 	r := rand.New(rand.NewPCG(5, 6))
-	report := func(quotas bool) []entry {
-		var es []entry
-		for i := range 60 {
-			if r.IntN(2) == 0 {
-				continue
-			}
-			key := fmt.Sprintf("rl:{t=%d}:global:rps", i)
-			if i%9 == 0 {
-				key = fmt.Sprintf("rl:{t=%d}:local:rps", i) // not global
-			}
-			e := entry{key: key, rate: float32(r.IntN(400)), weight: float32(r.IntN(400))}
-			if r.IntN(3) > 0 {
-				e.share = rebalance.Share(r.Int64N(int64(rebalance.Unit) / 2))
-			}
-			if quotas && r.IntN(5) == 0 {
-				// A quota count, under a rate key's name so that planning
-				// it would show (quota counts name no key to plan).
-				e = entry{key: key, window: 20_000, used: uint64(r.IntN(100))}
-			}
-			es = append(es, e)
-		}
-		return byKey(es)
-	}
+	report := func(quotas bool) []entry { return randomReport(r, 2, quotas) }
 	k := DefaultKnobs()
 	for range 500 {
 		m, err := NewMachine(MachineConfig{Region: "eu", Regions: regions, Limits: testLimits, Logger: slog.New(slog.DiscardHandler)})
@@ -74,6 +52,33 @@ func TestPlanIsTheMapJoin(t *testing.T) {
 			}
 		}
 	}
+}
+
+// randomReport is a report of about one in n of 60 keys, one in nine of
+// no global limit, with random demand and shares and, with quotas, quota
+// counts among them.
+func randomReport(r *rand.Rand, n int, quotas bool) []entry {
+	var es []entry
+	for i := range 60 {
+		if r.IntN(n) != 0 {
+			continue
+		}
+		key := fmt.Sprintf("rl:{t=%d}:global:rps", i)
+		if i%9 == 0 {
+			key = fmt.Sprintf("rl:{t=%d}:local:rps", i) // not global
+		}
+		e := entry{key: key, rate: float32(r.IntN(400)), weight: float32(r.IntN(400))}
+		if r.IntN(3) > 0 {
+			e.share = rebalance.Share(r.Int64N(int64(rebalance.Unit) / 2))
+		}
+		if quotas && r.IntN(5) == 0 {
+			// A quota count, under a rate key's name so that planning
+			// it would show (quota counts name no key to plan).
+			e = entry{key: key, window: 20_000, used: uint64(r.IntN(100))}
+		}
+		es = append(es, e)
+	}
+	return byKey(es)
 }
 
 // mapPlan is plan as a join through maps: every heard region's report
@@ -139,27 +144,7 @@ func mapPlan(m *Machine, r *round, mine []entry, heard []string, k Knobs) map[st
 func TestMidPlanIsTheMapJoin(t *testing.T) {
 	regions := []string{"ap", "eu", "us", "za"}
 	r := rand.New(rand.NewPCG(7, 8))
-	report := func(n int, quotas bool) []entry {
-		var es []entry
-		for i := range 60 {
-			if r.IntN(n) != 0 {
-				continue
-			}
-			key := fmt.Sprintf("rl:{t=%d}:global:rps", i)
-			if i%9 == 0 {
-				key = fmt.Sprintf("rl:{t=%d}:local:rps", i)
-			}
-			e := entry{key: key, rate: float32(r.IntN(400)), weight: float32(r.IntN(400))}
-			if r.IntN(3) > 0 {
-				e.share = rebalance.Share(r.Int64N(int64(rebalance.Unit) / 2))
-			}
-			if quotas && r.IntN(5) == 0 {
-				e = entry{key: key, window: 20_000, used: uint64(r.IntN(100))}
-			}
-			es = append(es, e)
-		}
-		return byKey(es)
-	}
+	report := func(n int, quotas bool) []entry { return randomReport(r, n, quotas) }
 	index := func(es []entry) map[string]entry {
 		out := map[string]entry{}
 		for _, e := range es {
