@@ -41,7 +41,7 @@ policies:
 
 // policyFile writes policies to a file of the test's own and returns its
 // path.
-func policyFile(t *testing.T, policies string) string {
+func policyFile(t testing.TB, policies string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "p.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(policies), 0o600))

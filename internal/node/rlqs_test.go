@@ -37,7 +37,7 @@ policies:
 
 // rlqsNode starts a node on its own Redis and returns a dialer of fresh
 // connections to it (one per RLQS client, as separate Envoys would be).
-func rlqsNode(t *testing.T, redis string) (*node.Node, func() *grpc.ClientConn) {
+func rlqsNode(t testing.TB, redis string) (*node.Node, func() *grpc.ClientConn) {
 	t.Helper()
 	n, err := node.Start(context.Background(), node.Config{
 		GRPCAddr: "127.0.0.1:0", Redis: []string{redis}, PoliciesPath: policyFile(t, rlqsPolicies),

@@ -28,6 +28,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -196,19 +197,48 @@ func (st *stream) report(ctx context.Context, msg *rlqsv3.RateLimitQuotaUsageRep
 	if len(usages) > s.cfg.MaxBuckets {
 		return nil, status.Errorf(codes.InvalidArgument, "bucket_quota_usages: %d in one report; at most %d", len(usages), s.cfg.MaxBuckets)
 	}
-	resp := &rlqsv3.RateLimitQuotaResponse{BucketAction: make([]*rlqsv3.RateLimitQuotaResponse_BucketAction, 0, len(usages))}
+	type job struct {
+		b  *bucket
+		id *rlqsv3.BucketId
+	}
+	jobs := make([]job, 0, len(usages))
+	named := make(map[*bucket]bool, len(usages))
 	for _, u := range usages {
 		b, err := st.bucket(u.GetBucketId())
 		if err != nil {
 			return nil, err
 		}
 		st.note(b, u)
-		if a := st.assign(ctx, b, u.GetBucketId()); a != nil {
+		if !named[b] { // a bucket named twice in one report is assigned once
+			named[b] = true
+			jobs = append(jobs, job{b, u.GetBucketId()})
+		}
+	}
+	// A cold bucket's reservation waits for its lease's refill, and the
+	// lease manager joins concurrent refills into shared rounds: the
+	// buckets are reserved side by side, reserveParallel at a time, and
+	// answered in the report's order.
+	actions := make([]*rlqsv3.RateLimitQuotaResponse_BucketAction, len(jobs))
+	var g errgroup.Group
+	g.SetLimit(reserveParallel)
+	for i, j := range jobs {
+		g.Go(func() error {
+			actions[i] = st.assign(ctx, j.b, j.id)
+			return nil
+		})
+	}
+	_ = g.Wait() // assign returns no error: a shed round is no action
+	resp := &rlqsv3.RateLimitQuotaResponse{BucketAction: make([]*rlqsv3.RateLimitQuotaResponse_BucketAction, 0, len(jobs))}
+	for _, a := range actions {
+		if a != nil {
 			resp.BucketAction = append(resp.BucketAction, a)
 		}
 	}
 	return resp, nil
 }
+
+// reserveParallel bounds the reservations one report runs at once.
+const reserveParallel = 64
 
 // bucket finds or makes the stream's bucket for id. A bad id is a bucket
 // too (answered deny-all), so that it counts against the cap.

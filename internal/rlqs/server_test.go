@@ -270,3 +270,48 @@ func TestAFullStreamIsBounded(t *testing.T) {
 	_, err = roundTrip(t, s, "", report(map[string]string{"tenant": "one-more"}, 0, 0, 0))
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 }
+
+// slowReserver answers after a delay that falls with the tenant's number,
+// so that reservations run side by side finish in reverse order, and
+// counts the most that ran at once.
+type slowReserver struct {
+	mu        sync.Mutex
+	now, most int
+}
+
+func (r *slowReserver) Reserve(_ context.Context, req *policy.Request, size func(float64) (int64, int64)) (decide.Grant, error) {
+	r.mu.Lock()
+	r.now++
+	r.most = max(r.most, r.now)
+	r.mu.Unlock()
+	var i int
+	_, _ = fmt.Sscanf(req.Tenant, "t%d", &i)
+	time.Sleep(time.Duration(200-i) * 50 * time.Microsecond) // the work a reservation does, not a synchronisation
+	r.mu.Lock()
+	r.now--
+	r.mu.Unlock()
+	n, _ := size(1000)
+	return decide.Grant{Kind: decide.GrantBatch, Requests: n + int64(i)}, nil
+}
+
+// A report's buckets are reserved side by side, at most 64 at a time, and
+// answered in the report's order; a bucket named twice is answered once.
+func TestReportReservesSideBySideInOrder(t *testing.T) {
+	res := &slowReserver{}
+	s, err := serve(t, res, 0).StreamRateLimitQuotas(context.Background())
+	require.NoError(t, err)
+	var us []*usage
+	for i := range 200 {
+		us = append(us, report(map[string]string{"tenant": fmt.Sprintf("t%d", i)}, 0, 1, 0))
+	}
+	us = append(us, report(map[string]string{"tenant": "t7"}, 0, 1, 0))
+	resp, err := roundTrip(t, s, "d", us...)
+	require.NoError(t, err)
+	require.Len(t, resp.BucketAction, 200, "t7 named twice, answered once")
+	for i, a := range resp.BucketAction {
+		require.Equal(t, fmt.Sprintf("t%d", i), a.GetBucketId().GetBucket()["tenant"], "action %d", i)
+		require.Equal(t, uint32(1000+i), a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket().GetMaxTokens(), "action %d", i)
+	}
+	assert.Greater(t, res.most, 1, "reservations ran side by side")
+	assert.LessOrEqual(t, res.most, 64, "reservations at once")
+}
