@@ -21,6 +21,7 @@ import (
 type Knobs struct {
 	// Interval is the rebalance epoch. Regions number epochs by
 	// floor(unix time / Interval), so every region must use the same one.
+	// From 2·demandWindow (6 s) on, each epoch has a mid-interval round.
 	Interval time.Duration
 	// Gather is the fraction of Interval each of the two phases waits for
 	// the other regions' messages before going on without them.
@@ -37,6 +38,8 @@ type Knobs struct {
 	Floor float64
 	// Headroom is the margin over its measured demand a region is given
 	// before spare capacity is split (0.1: demand 20/s gets 22/s).
+	// Headroom of a key's fair rate L/n is also how far its demand must
+	// move to travel in a mid-interval round.
 	Headroom float64
 	// Smoothing is the weight of the newest interval in the smoothed
 	// demand that splits spare capacity (1 = no smoothing).
