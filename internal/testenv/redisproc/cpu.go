@@ -11,8 +11,9 @@ import (
 // nothing else the test starts may use, and this process (the load
 // generator, or a test binary with its nodes in process) and every child
 // it starts after it was pinned (nodes, the no-op server) run on the
-// others. Linux only; elsewhere, and on a machine of one CPU, everything
-// runs unpinned.
+// others. That CPU is kept from halting while Redis waits (keepAwake).
+// Linux only; elsewhere, and on a machine of one CPU, everything runs
+// unpinned.
 
 // PinnedCPUs splits the CPUs this process may run on: the last one is
 // Redis's, the rest everyone else's. It fails on a machine where CPU
@@ -31,10 +32,11 @@ func PinnedCPUs() (redis int, rest []int, err error) {
 // PinRedis gives redis-server a CPU of its own (PinnedCPUs): it
 // restricts every thread of this process, and so every process it
 // starts from now on, to the other CPUs, and returns the CPUs to pass
-// in Options.CPUs. Where that cannot be done it logs why and returns
-// nil: Redis then shares the CPUs as before. undo gives this process's
-// threads back the CPUs they had (children keep theirs); call it when
-// the pinned work is over.
+// in Options.CPUs, and keeps that CPU awake (keepAwake). Where it cannot
+// pin it logs why and returns nil: Redis then shares the CPUs as before.
+// undo stops the busy loop and gives this process's threads back the
+// CPUs they had (children keep theirs); call it when the pinned work is
+// over.
 func PinRedis(log *slog.Logger) (redisCPUs []int, undo func()) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -57,7 +59,13 @@ func PinRedis(log *slog.Logger) (redisCPUs []int, undo func()) {
 		return nil, noop
 	}
 	log.Info("redis-server pinned to a CPU of its own", "redis_cpu", redis, "others_cpus", rest)
+	wake, err := keepAwake(redis)
+	if err != nil {
+		log.Warn("redis-server's CPU may halt while Redis waits", "reason", err)
+		wake = noop
+	}
 	return []int{redis}, func() {
+		wake()
 		if err := setProcessCPUs(before); err != nil {
 			log.Warn("cannot give this process its CPUs back", "cpus", before, "reason", err)
 		}

@@ -5,7 +5,10 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // threadCPUs is the CPU sets of this process's threads, deduplicated.
@@ -29,8 +32,43 @@ func threadCPUs(t *testing.T) [][]int {
 	return out
 }
 
+// idleChildren is the processes this one started that run under
+// SCHED_IDLE, with their CPUs.
+func idleChildren(t *testing.T) map[int][]int {
+	t.Helper()
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int][]int{}
+	for _, e := range procs {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // it ended
+		}
+		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		attr, err := unix.SchedGetAttr(pid, 0)
+		if err != nil || attr.Policy != unix.SCHED_IDLE {
+			continue
+		}
+		if cpus, err := processCPUs(pid); err == nil {
+			out[pid] = cpus
+		}
+	}
+	return out
+}
+
 // PinRedis puts redis-server, and every thread it starts, on the last
-// CPU and this process on the others, and undo gives them back.
+// CPU and this process on the others, keeps that CPU busy under
+// SCHED_IDLE, and undo gives them back and stops the busy loop.
 func TestPinRedis(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		if os.Getenv("ALLOT_REQUIRE_REDIS") == "1" {
@@ -61,6 +99,15 @@ func TestPinRedis(t *testing.T) {
 	}
 	if got := threadCPUs(t); len(got) != 1 || !slices.Equal(got[0], rest) {
 		t.Errorf("this process's threads on %v, want all on %v", got, rest)
+	}
+	idle := idleChildren(t)
+	if len(idle) != 1 {
+		t.Errorf("%d SCHED_IDLE children %v, want one busy loop", len(idle), idle)
+	}
+	for pid, on := range idle {
+		if !slices.Equal(on, cpus) {
+			t.Errorf("busy loop %d on %v, want on Redis's %v", pid, on, cpus)
+		}
 	}
 	srv, err := Start(t.Context(), Options{Dir: t.TempDir(), CPUs: cpus})
 	if err != nil {
@@ -95,5 +142,8 @@ func TestPinRedis(t *testing.T) {
 	undo()
 	if got := threadCPUs(t); len(got) != 1 || !slices.Equal(got[0], all) {
 		t.Errorf("after undo, this process's threads on %v, want all on %v", got, all)
+	}
+	if got := idleChildren(t); len(got) != 0 {
+		t.Errorf("after undo, SCHED_IDLE children %v are left", got)
 	}
 }
