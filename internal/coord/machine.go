@@ -1016,27 +1016,22 @@ func completeReports(r *round) int {
 func (m *Machine) plan(r *round, mine []entry, heard []string, k Knobs) *plans {
 	n := len(m.cfg.Regions)
 	def := rebalance.Default(n)
-	type side struct {
-		es    []entry
-		at    int // es[at:] are the entries not before the key planned
-		next  int // es[next:] hold the heard keys not planned yet
-		heard bool
-		self  bool
-	}
-	sides := make([]side, n)
+	at := make([]cursor, n)   // each region's list, for the key planned
+	next := make([]cursor, n) // the heard lists' keys not planned yet
+	isHeard := make([]bool, n)
 	most := 0
 	for i, name := range m.cfg.Regions {
-		s := &sides[i]
 		switch a := r.reports[name]; {
 		case name == m.cfg.Region:
-			s.es, s.heard, s.self = byKey(mine), true, true
+			at[i].es, isHeard[i] = byKey(mine), true
 		case a != nil && slices.Contains(heard, name):
-			s.es, s.heard = a.keyed, true
+			at[i].es, isHeard[i] = a.keyed, true
 		default:
-			s.es = m.last[name]
+			at[i].es = m.last[name]
 		}
-		if s.heard {
-			most = max(most, len(s.es))
+		if isHeard[i] {
+			next[i].es = at[i].es
+			most = max(most, len(at[i].es))
 		}
 	}
 	params := rebalance.Params{Floor: k.Floor, Decay: k.Decay, Headroom: k.Headroom}
@@ -1044,44 +1039,18 @@ func (m *Machine) plan(r *round, mine []entry, heard []string, k Knobs) *plans {
 	regions := make([]rebalance.Region, n)
 	var kp rebalance.KeyPlan
 	for {
-		// The next key: the least not yet planned of the heard reports
-		// (this region's own entries, the others' rate entries: quota
-		// counts are not shared).
-		key, found := "", false
-		for i := range sides {
-			s := &sides[i]
-			if !s.heard {
-				continue
-			}
-			for s.next < len(s.es) && !s.self && s.es[s.next].window != 0 {
-				s.next++
-			}
-			if s.next < len(s.es) && (!found || s.es[s.next].key < key) {
-				key, found = s.es[s.next].key, true
-			}
-		}
+		key, found := nextKey(next)
 		if !found {
 			return ps
-		}
-		for i := range sides {
-			s := &sides[i]
-			for s.at < len(s.es) && s.es[s.at].key < key {
-				s.at++
-			}
-			if s.heard && s.next < len(s.es) && s.es[s.next].key == key {
-				s.next++
-			}
 		}
 		lim, ok := m.cfg.Limits.Global(key)
 		if !ok {
 			continue
 		}
 		for i, name := range m.cfg.Regions {
-			s := &sides[i]
-			reg := rebalance.Region{Name: name, Heard: s.heard, Share: def}
-			if s.at < len(s.es) && s.es[s.at].key == key {
-				e := s.es[s.at]
-				if s.heard {
+			reg := rebalance.Region{Name: name, Heard: isHeard[i], Share: def}
+			if e, ok := at[i].find(key); ok {
+				if isHeard[i] {
 					reg.Demand = rebalance.Demand{Rate: float64(e.rate), Weight: float64(e.weight)}
 				}
 				if e.share != 0 {

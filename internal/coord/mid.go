@@ -95,8 +95,8 @@ func (m *Machine) midShrink(e *epoch) {
 // its target will give back; the others' shares may be older in its view,
 // which changes only their first phase, never a target.
 //
-// Every list is in key order, so the keys are merged and looked up by
-// cursors that only move forward, as plan does: no sort, no search.
+// Every list is in key order, so the keys are merged (nextKey) and looked
+// up by cursors that only move forward, as plan does: no sort, no search.
 func (m *Machine) midPlan(e *epoch) *plans {
 	regions := m.cfg.Regions
 	fresh := make([]cursor, len(regions))
@@ -118,23 +118,9 @@ func (m *Machine) midPlan(e *epoch) *plans {
 	rs := make([]rebalance.Region, len(regions))
 	var kp rebalance.KeyPlan
 	for {
-		key, found := "", false
-		for i := range next {
-			c := &next[i]
-			for c.at < len(c.es) && c.es[c.at].window != 0 {
-				c.at++ // a quota entry
-			}
-			if c.at < len(c.es) && (!found || c.es[c.at].key < key) {
-				key, found = c.es[c.at].key, true
-			}
-		}
+		key, found := nextKey(next)
 		if !found {
 			return ps
-		}
-		for i := range next {
-			if c := &next[i]; c.at < len(c.es) && c.es[c.at].key == key {
-				c.at++
-			}
 		}
 		lim, ok := m.cfg.Limits.Global(key)
 		if !ok {
@@ -171,6 +157,31 @@ func (m *Machine) midPlan(e *epoch) *plans {
 type cursor struct {
 	es []entry
 	at int
+}
+
+// nextKey is one step of the merge of key-ordered lists: the least key of
+// a demand entry at the cursors (quota counts name no key to plan), each
+// cursor moved past it; false when every list is done.
+func nextKey(cs []cursor) (string, bool) {
+	key, found := "", false
+	for i := range cs {
+		es, at := cs[i].es, cs[i].at
+		for at < len(es) && es[at].window != 0 {
+			at++
+		}
+		cs[i].at = at
+		if at < len(es) && (!found || es[at].key < key) {
+			key, found = es[at].key, true
+		}
+	}
+	if found {
+		for i := range cs {
+			if es, at := cs[i].es, cs[i].at; at < len(es) && es[at].key == key {
+				cs[i].at++
+			}
+		}
+	}
+	return key, found
 }
 
 // find returns key's demand entry, if the list has one; keys asked later
