@@ -960,13 +960,23 @@ func (m *Machine) reportEntries(rates map[string]float64, k Knobs) []entry {
 // heard returns the sorted names of the regions whose complete reports of
 // round r arrived (self always) and remembers their shares.
 func (m *Machine) heard(r *round) []string {
+	out := m.completeRegions(r)
+	for _, name := range out {
+		if a := r.reports[name]; a != nil {
+			m.last[name] = a.keyed
+		}
+	}
+	return out
+}
+
+// completeRegions returns the sorted names of the regions whose complete
+// reports of round r arrived, self always.
+func (m *Machine) completeRegions(r *round) []string {
 	out := []string{m.cfg.Region}
 	for name, a := range r.reports {
-		if !a.complete() {
-			continue
+		if a.complete() {
+			out = append(out, name)
 		}
-		out = append(out, name)
-		m.last[name] = a.keyed
 	}
 	slices.Sort(out)
 	return out

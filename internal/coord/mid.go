@@ -66,14 +66,10 @@ func (m *Machine) midReport(e *epoch) {
 // midShrink is the mid-interval round's first phase, when every region's
 // report arrived: plan the reported keys and write the shrunk shares. A
 // round that heard fewer, or in which nobody reported a key, ends here.
+// Its reports are not remembered as the regions' last (as heard does):
+// midPlan falls back on the epoch's.
 func (m *Machine) midShrink(e *epoch) {
-	e.heard = []string{m.cfg.Region}
-	for name, a := range e.r.reports {
-		if a.complete() {
-			e.heard = append(e.heard, name)
-		}
-	}
-	slices.Sort(e.heard)
+	e.heard = m.completeRegions(e.r)
 	e.st.Heard = len(e.heard)
 	if len(e.heard) < len(m.cfg.Regions) {
 		m.done(e)
