@@ -1,264 +1,220 @@
-// Package rlqsfilter is an RLQS client that enforces its assignments the
-// way Envoy's rate_limit_quota filter documents (no Envoy binary can be
-// installed on the machines these tests run on): the first request of a
-// bucket sends an immediate report, which subscribes it; every bucket is
-// reported each reporting interval; an assignment lives for its TTL, and
-// then the expired-assignment behaviour applies; an assignment repeating
-// the bucket's strategy only extends its TTL, another strategy replaces
-// it (a token bucket starts full); abandon forgets the bucket.
 package rlqsfilter
 
 import (
 	"context"
 	"errors"
 	"io"
-	"maps"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// Config configures a Filter.
-type Config struct {
-	Domain         string
-	ReportInterval time.Duration
-	// AllowUnassigned is the no-assignment behaviour: what a bucket does
-	// before its first assignment (false: deny).
-	AllowUnassigned bool
-	// AllowExpired is the expired-assignment fallback (false: deny).
-	AllowExpired bool
-}
+// MonotonicStart is where a Filter's monotonic clock starts: an Envoy up
+// for 11.6 days, not one whose clock is near zero (token buckets are
+// built from the clock's seconds; see the package doc).
+const MonotonicStart = 1_000_000 * time.Second
 
-// Filter is one client's stream and buckets.
+type quotaStream = grpc.BidiStreamingClient[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]
+
+// Filter runs a Client over a real RLQS stream on real time: a report
+// timer, a receiver per stream, and the reconnects the core asks for.
 type Filter struct {
-	cfg    Config
-	stream grpc.BidiStreamingClient[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]
+	rpc    rlqsv3.RateLimitQuotaServiceClient
+	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	kick   chan struct{} // wakes the loop: something to send, or a timer to arm
 
-	sendMu sync.Mutex
-	sent   bool // the domain went out
-
-	mu      sync.Mutex
-	buckets map[string]*bucket
-	err     error // why the stream ended
-	recvd   int   // responses received
+	mu        sync.Mutex
+	core      *Client
+	start     time.Time     // wall time of MonotonicStart
+	last      time.Duration // latest monotonic time given to the core
+	stream    quotaStream   // nil: down
+	closed    bool
+	err       error
+	recvd     int
+	streams   int
+	loopTimer bool // the loop has seen the report timer armed
 }
 
-type bucket struct {
-	id       map[string]string
-	strategy *typev3.RateLimitStrategy // nil: no assignment
-	expires  time.Time
-	tokens   float64
-	max      float64
-	rate     float64 // tokens/s
-	last     time.Time
-	allowed  uint64
-	denied   uint64
-	reported time.Time
-}
-
-// Start opens a stream on conn and starts reporting.
+// Start makes a filter for the RLQS server on conn. Like Envoy, it opens
+// the stream at its first bucket, not before.
 func Start(ctx context.Context, conn grpc.ClientConnInterface, cfg Config) (*Filter, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	s, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+	f := &Filter{
+		rpc: rlqsv3.NewRateLimitQuotaServiceClient(conn), ctx: ctx, cancel: cancel,
+		kick: make(chan struct{}, 1), start: time.Now(), last: MonotonicStart,
+	}
+	core, err := NewClient(cfg, f.openStream)
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	f := &Filter{cfg: cfg, stream: s, cancel: cancel, buckets: map[string]*bucket{}}
-	f.wg.Add(2)
-	go f.receive()
-	go f.report(ctx)
+	f.core = core
+	f.wg.Add(1)
+	go f.loop()
 	return f, nil
 }
 
 // Close ends the stream and waits for the filter's goroutines.
 func (f *Filter) Close() {
+	f.mu.Lock()
+	f.closed = true // no stream opens from here on
+	f.mu.Unlock()
 	f.cancel()
 	f.wg.Wait()
 }
 
-// Err is why the stream ended (nil while it is up, or after Close).
+// Err is why the last stream ended or failed to open (nil while one is
+// up, after a clean end, or after Close).
 func (f *Filter) Err() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.err
 }
 
-// Responses is how many responses the server sent.
+// Responses is how many responses the server sent, over all streams.
 func (f *Filter) Responses() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.recvd
 }
 
-func key(id map[string]string) string {
-	ks := slices.Sorted(maps.Keys(id))
-	var b strings.Builder
-	for _, k := range ks {
-		b.WriteString(k + "=" + id[k] + "\x00")
-	}
-	return b.String()
+// Streams is how many streams the filter opened.
+func (f *Filter) Streams() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.streams
 }
 
-// Allow decides one request of bucket id at now.
+// Allow decides one request of bucket id at now (a wall time; the filter
+// maps it onto its monotonic clock, which never runs back).
 func (f *Filter) Allow(id map[string]string, now time.Time) bool {
-	k := key(id)
 	f.mu.Lock()
-	b := f.buckets[k]
-	var subscribe []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
-	if b == nil {
-		b = &bucket{id: maps.Clone(id), reported: now}
-		f.buckets[k] = b
-		subscribe = append(subscribe, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
-			BucketId: &rlqsv3.BucketId{Bucket: b.id}, TimeElapsed: durationpb.New(0),
-		})
-	}
-	ok := b.decide(now, f.cfg)
-	if ok {
-		b.allowed++
-	} else {
-		b.denied++
-	}
-	f.mu.Unlock()
-	if subscribe != nil {
-		_ = f.send(subscribe)
-	}
+	defer f.mu.Unlock()
+	ok := f.core.Allow(f.mono(now), id)
+	f.wake()
 	return ok
 }
 
-// Strategy is bucket id's current strategy and expiry (nil: none).
+// Strategy is bucket id's cached strategy now (the server's assignment,
+// or the expired-assignment fallback; nil: none, the no-assignment
+// behaviour applies) and when it ends.
 func (f *Filter) Strategy(id map[string]string) (*typev3.RateLimitStrategy, time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	b := f.buckets[key(id)]
-	if b == nil {
+	b, ok := f.core.Bucket(f.mono(time.Now()), id)
+	f.wake()
+	if !ok || b.Action == nil {
 		return nil, time.Time{}
 	}
-	return b.strategy, b.expires
+	return b.Action.GetQuotaAssignmentAction().GetRateLimitStrategy(), f.start.Add(b.Expires - MonotonicStart)
 }
 
-func (b *bucket) decide(now time.Time, cfg Config) bool {
-	switch {
-	case b.strategy == nil:
-		return cfg.AllowUnassigned
-	case !now.Before(b.expires):
-		return cfg.AllowExpired
+// Bucket is bucket id's state now (false: not cached).
+func (f *Filter) Bucket(id map[string]string) (Bucket, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, ok := f.core.Bucket(f.mono(time.Now()), id)
+	f.wake()
+	return b, ok
+}
+
+// mono maps a wall time onto the monotonic clock; callers' times may
+// interleave, Envoy's monotonic clock does not run back.
+func (f *Filter) mono(t time.Time) time.Duration {
+	f.last = max(f.last, MonotonicStart+t.Sub(f.start))
+	return f.last
+}
+
+// wake kicks the loop when the core has something to send or armed the
+// report timer the loop does not wait for yet. Called with f.mu held.
+func (f *Filter) wake() {
+	if _, armed := f.core.NextReport(); f.core.Pending() == 0 && armed == f.loopTimer {
+		return
 	}
-	switch s := b.strategy.Strategy.(type) {
-	case *typev3.RateLimitStrategy_BlanketRule_:
-		return s.BlanketRule == typev3.RateLimitStrategy_ALLOW_ALL
-	case *typev3.RateLimitStrategy_TokenBucket:
-		// A caller's now may precede the assignment's arrival: time
-		// never runs back for the bucket.
-		if now.After(b.last) {
-			b.tokens = min(b.max, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-			b.last = now
-		}
-		if b.tokens >= 1 {
-			b.tokens--
-			return true
-		}
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// openStream is the core's startStreamImpl hook, called with f.mu held.
+func (f *Filter) openStream() bool {
+	if f.closed {
 		return false
 	}
-	return false // a strategy this filter does not know denies
-}
-
-func (f *Filter) send(us []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) error {
-	f.sendMu.Lock()
-	defer f.sendMu.Unlock()
-	msg := &rlqsv3.RateLimitQuotaUsageReports{BucketQuotaUsages: us}
-	if !f.sent {
-		msg.Domain = f.cfg.Domain
-		f.sent = true
+	s, err := f.rpc.StreamRateLimitQuotas(f.ctx)
+	if err != nil {
+		f.err = err
+		return false
 	}
-	return f.stream.Send(msg)
+	f.stream, f.err = s, nil
+	f.streams++
+	f.wg.Add(1)
+	go f.receive(s)
+	return true
 }
 
-func (f *Filter) report(ctx context.Context) {
+// receive applies one stream's responses; its end is onRemoteClose.
+func (f *Filter) receive(s quotaStream) {
 	defer f.wg.Done()
-	t := time.NewTicker(f.cfg.ReportInterval)
-	defer t.Stop()
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			f.mu.Lock()
-			var us []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
-			for _, b := range f.buckets {
-				us = append(us, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
-					BucketId: &rlqsv3.BucketId{Bucket: b.id}, TimeElapsed: durationpb.New(now.Sub(b.reported)),
-					NumRequestsAllowed: b.allowed, NumRequestsDenied: b.denied,
-				})
-				b.allowed, b.denied, b.reported = 0, 0, now
+		resp, err := s.Recv()
+		f.mu.Lock()
+		if err != nil {
+			if f.stream == s {
+				f.stream = nil
+				f.core.StreamClosed()
+				if !f.closed && !errors.Is(err, io.EOF) {
+					f.err = err
+				}
 			}
 			f.mu.Unlock()
-			if len(us) > 0 && f.send(us) != nil {
-				return
-			}
-		}
-	}
-}
-
-func (f *Filter) receive() {
-	defer f.wg.Done()
-	for {
-		resp, err := f.stream.Recv()
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				f.mu.Lock()
-				f.err = err
-				f.mu.Unlock()
-			}
 			return
 		}
-		now := time.Now()
-		f.mu.Lock()
 		f.recvd++
-		for _, a := range resp.GetBucketAction() {
-			f.apply(a, now)
-		}
+		f.core.Apply(f.mono(time.Now()), resp)
+		f.wake()
 		f.mu.Unlock()
 	}
 }
 
-func (f *Filter) apply(a *rlqsv3.RateLimitQuotaResponse_BucketAction, now time.Time) {
-	k := key(a.GetBucketId().GetBucket())
-	b := f.buckets[k]
-	if b == nil {
-		return // not subscribed: nothing to apply it to
-	}
-	if a.GetAbandonAction() != nil {
-		delete(f.buckets, k)
-		return
-	}
-	qa := a.GetQuotaAssignmentAction()
-	if qa == nil {
-		return
-	}
-	b.expires = now.Add(qa.GetAssignmentTimeToLive().AsDuration())
-	s := qa.GetRateLimitStrategy()
-	if proto.Equal(s, b.strategy) {
-		return // the same strategy: only the TTL moves
-	}
-	b.strategy = s
-	if tb := s.GetTokenBucket(); tb != nil {
-		b.max = float64(tb.GetMaxTokens())
-		b.tokens = b.max
-		per := float64(1)
-		if tb.GetTokensPerFill() != nil {
-			per = float64(tb.GetTokensPerFill().GetValue())
+// loop fires the core's timers on real time and is the stream's only
+// sender, so reports go out in the order the core made them.
+func (f *Filter) loop() {
+	defer f.wg.Done()
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	for {
+		f.mu.Lock()
+		f.core.Advance(f.mono(time.Now()))
+		msgs, s := f.core.Sent(), f.stream
+		next, armed := f.core.NextReport()
+		f.loopTimer = armed
+		wait := next - f.last
+		f.mu.Unlock()
+		for _, m := range msgs {
+			if s != nil {
+				// A failed send ends the stream: its Recv reports why.
+				_ = s.Send(m)
+			}
 		}
-		b.rate = per / tb.GetFillInterval().AsDuration().Seconds()
-		b.last = now
+		var fire <-chan time.Time
+		if armed {
+			t.Reset(max(wait, 0))
+			fire = t.C
+		}
+		select {
+		case <-f.ctx.Done():
+			t.Stop()
+			return
+		case <-f.kick:
+		case <-fire:
+		}
+		t.Stop()
 	}
 }

@@ -3,57 +3,64 @@ package rlqsfilter_test
 import (
 	"context"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
+	"google.golang.org/grpc/status"
 
 	"github.com/allot-dev/allot/internal/testenv/rlqsfilter"
 )
 
-// scripted is an RLQS server that answers each report with the next
-// scripted action for the bucket it names, and passes on the reports.
-type scripted struct {
-	rlqsv3.UnimplementedRateLimitQuotaServiceServer
-	actions chan *rlqsv3.RateLimitQuotaResponse_BucketAction
-	reports chan *rlqsv3.RateLimitQuotaUsageReports
+type received struct {
+	stream int32
+	msg    *rlqsv3.RateLimitQuotaUsageReports
 }
 
-func (s *scripted) StreamRateLimitQuotas(st rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
-	for {
-		in, err := st.Recv()
-		if err != nil {
-			return nil
+// script is an RLQS server the test drives: it passes on every report
+// with its stream's number, sends what the test gives it on the current
+// stream, and ends that stream when told.
+type script struct {
+	rlqsv3.UnimplementedRateLimitQuotaServiceServer
+	reports chan received
+	send    chan *rlqsv3.RateLimitQuotaResponse
+	end     chan error
+	streams atomic.Int32
+}
+
+func (s *script) StreamRateLimitQuotas(st rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+	n := s.streams.Add(1)
+	go func() {
+		for {
+			m, err := st.Recv()
+			if err != nil {
+				return
+			}
+			s.reports <- received{n, m}
 		}
-		s.reports <- in
-		a := <-s.actions
-		a.BucketId = in.GetBucketQuotaUsages()[0].GetBucketId()
-		if err := st.Send(&rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{a}}); err != nil {
+	}()
+	for {
+		select {
+		case r := <-s.send:
+			if err := st.Send(r); err != nil {
+				return err
+			}
+		case err := <-s.end:
+			return err
+		case <-st.Context().Done():
 			return nil
 		}
 	}
 }
 
-func tokens(n uint32, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	return &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
-		QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
-			AssignmentTimeToLive: durationpb.New(ttl),
-			RateLimitStrategy: &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
-				MaxTokens: n, TokensPerFill: wrapperspb.UInt32(1), FillInterval: durationpb.New(1000 * time.Hour),
-			}}},
-		}}}
-}
-
-// The filter follows the documented behaviour the node's tests rely on.
-func TestFilterFollowsTheDocumentedBehaviour(t *testing.T) {
-	s := &scripted{actions: make(chan *rlqsv3.RateLimitQuotaResponse_BucketAction, 1), reports: make(chan *rlqsv3.RateLimitQuotaUsageReports, 1)}
+func serve(t *testing.T) (*script, *grpc.ClientConn) {
+	s := &script{reports: make(chan received, 1024), send: make(chan *rlqsv3.RateLimitQuotaResponse), end: make(chan error)}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := grpc.NewServer()
@@ -63,41 +70,82 @@ func TestFilterFollowsTheDocumentedBehaviour(t *testing.T) {
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
-	// Reports an hour apart: only first reports (subscriptions) are sent.
-	f, err := rlqsfilter.Start(context.Background(), conn, rlqsfilter.Config{Domain: "d", ReportInterval: time.Hour, AllowExpired: true})
+	return s, conn
+}
+
+// next is the first report from here on that match accepts.
+func (s *script) next(t *testing.T, match func(received) bool) received {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case r := <-s.reports:
+			if match(r) {
+				return r
+			}
+		case <-timeout:
+			t.Fatal("no such report")
+		}
+	}
+}
+
+func usages(r *rlqsv3.RateLimitQuotaUsageReports) map[string]*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
+	out := map[string]*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{}
+	for _, u := range r.GetBucketQuotaUsages() {
+		out[u.GetBucketId().GetBucket()["tenant"]] = u
+	}
+	return out
+}
+
+// The runner on a real stream: the stream opens at the first bucket, an
+// assignment is enforced, and a stream the server ends is reopened by the
+// next report, which carries every bucket.
+func TestFilterOnAStream(t *testing.T) {
+	s, conn := serve(t)
+	// A 50 ms report interval departs from Envoy's 5 s to keep the test
+	// short; nothing here depends on its length.
+	f, err := rlqsfilter.Start(context.Background(), conn, rlqsfilter.Config{Domain: "d", ReportInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	defer f.Close()
-	id := map[string]string{"tenant": "a"}
-	answered := func(n int) {
-		t.Helper()
-		require.Eventually(t, func() bool { return f.Responses() == n }, 5*time.Second, time.Millisecond)
-	}
+	assert.Zero(t, f.Streams(), "no stream before the first bucket")
 
-	// The first request subscribes (an immediate report, with the domain)
-	// and, unassigned, is denied (AllowUnassigned false).
-	s.actions <- tokens(2, time.Hour)
-	now := time.Now()
-	assert.False(t, f.Allow(id, now))
-	first := <-s.reports
-	assert.Equal(t, "d", first.GetDomain())
-	answered(1)
-	assert.True(t, f.Allow(id, now))
-	assert.True(t, f.Allow(id, now))
-	assert.False(t, f.Allow(id, now), "a token bucket of 2 that does not refill")
+	assert.True(t, f.Allow(id("a"), time.Now()), "no no_assignment_behavior: ALLOW_ALL")
+	first := s.next(t, func(received) bool { return true })
+	assert.Equal(t, int32(1), first.stream)
+	assert.Equal(t, "d", first.msg.GetDomain())
+	require.Len(t, first.msg.GetBucketQuotaUsages(), 1)
+	u := first.msg.GetBucketQuotaUsages()[0]
+	assert.Equal(t, uint64(1), u.GetNumRequestsAllowed())
+	assert.Zero(t, u.GetTimeElapsed().AsDuration())
 
-	// An assignment past its TTL: the expired behaviour (allow here).
-	later := now.Add(2 * time.Hour)
-	assert.True(t, f.Allow(id, later))
-	st, exp := f.Strategy(id)
-	require.NotNil(t, st)
-	assert.WithinDuration(t, now.Add(time.Hour), exp, time.Minute)
+	// Two tokens that do not come back within the test; a TTL of
+	// 3600.9 s lasts 3600 s.
+	before := time.Now()
+	s.send <- &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{
+		assign("a", 3600*time.Second+900*time.Millisecond, tokens(2, 1, time.Hour)),
+	}}
+	require.Eventually(t, func() bool { return f.Responses() == 1 }, 10*time.Second, time.Millisecond)
+	after := time.Now()
+	assert.True(t, f.Allow(id("a"), time.Now()))
+	assert.True(t, f.Allow(id("a"), time.Now()))
+	assert.False(t, f.Allow(id("a"), time.Now()))
+	st, exp := f.Strategy(id("a"))
+	require.NotNil(t, st.GetTokenBucket())
+	assert.False(t, exp.Before(before.Add(3600*time.Second)))
+	assert.False(t, exp.After(after.Add(3600*time.Second)))
 
-	// Abandon forgets the bucket; its next request subscribes it again.
-	s.actions <- &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
-		AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}}
-	f.Allow(map[string]string{"tenant": "b"}, now) // a new bucket: the server answers with abandon for it
-	<-s.reports
-	answered(2)
-	st, _ = f.Strategy(map[string]string{"tenant": "b"})
-	assert.Nil(t, st, "abandoned")
+	// A second bucket, reported on the first stream; then the server ends
+	// that stream.
+	assert.True(t, f.Allow(id("b"), time.Now()))
+	s.next(t, func(r received) bool { return r.stream == 1 && usages(r.msg)["b"] != nil })
+	s.end <- status.Error(codes.Unavailable, "going away")
+	again := s.next(t, func(r received) bool { return r.stream == 2 })
+	assert.Len(t, usages(again.msg), 2, "the first report on the new stream has every bucket")
+	assert.Equal(t, 2, f.Streams())
+	require.Eventually(t, func() bool { return f.Err() == nil }, 10*time.Second, time.Millisecond)
+
+	// The assignment outlived the stream.
+	st, _ = f.Strategy(id("a"))
+	assert.NotNil(t, st.GetTokenBucket())
+	assert.False(t, f.Allow(id("a"), time.Now()))
 }
