@@ -1,6 +1,7 @@
 package envoy_test
 
 import (
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -9,13 +10,16 @@ import (
 
 	rlqsfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	// The header input rlqs.yaml builds bucket ids from.
 	_ "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/allot-dev/allot/internal/server"
+	"github.com/allot-dev/allot/internal/testenv/rlqsfilter"
 )
 
 // rlqsSettings decodes rlqs.yaml and returns its filter config and the
@@ -81,4 +85,58 @@ func TestRLQSExampleCheckCanFail(t *testing.T) {
 		_, ok := s.GetBucketIdBuilder().GetBucketIdBuilder()["verb"]
 		return ok
 	}))
+}
+
+// TestRLQSExampleThroughTheEmulator drives each of rlqs.yaml's bucket
+// settings through the port of Envoy's filter (internal/testenv/rlqsfilter):
+// what Envoy does with this file, whatever its comments expect.
+func TestRLQSExampleThroughTheEmulator(t *testing.T) {
+	y, err := os.ReadFile("rlqs.yaml")
+	require.NoError(t, err)
+	fc, _ := rlqsSettings(t, y)
+	for i := range fc.GetBucketMatchers().GetMatcherList().GetMatchers() {
+		cfg, err := rlqsfilter.FromFilterConfig(fc, i)
+		require.NoError(t, err)
+		c, err := rlqsfilter.NewClient(cfg, nil)
+		require.NoError(t, err)
+		id, err := rlqsfilter.BucketIDFor(cfg.Settings, map[string]string{"x-tenant-id": "acme", ":method": "GET"})
+		require.NoError(t, err)
+		require.NotEmpty(t, id)
+		noAssign := cfg.Settings.GetNoAssignmentBehavior().GetFallbackRateLimit().GetBlanketRule() != typev3.RateLimitStrategy_DENY_ALL
+		t0 := rlqsfilter.MonotonicStart
+
+		// The first request: no_assignment_behavior, and a report of it alone.
+		assert.Equal(t, noAssign, c.Allow(t0, id))
+		sent := c.Sent()
+		require.Len(t, sent, 1)
+		assert.Equal(t, fc.GetDomain(), sent[0].GetDomain())
+		require.Len(t, sent[0].GetBucketQuotaUsages(), 1)
+		assert.True(t, maps.Equal(id, sent[0].GetBucketQuotaUsages()[0].GetBucketId().GetBucket()))
+		// Envoy reports every 5 s, whatever reporting_interval says.
+		next, _ := c.NextReport()
+		assert.Equal(t, t0+rlqsfilter.EnvoyReportInterval, next)
+
+		// A DENY_ALL assignment for 2 s; then the expired-assignment
+		// fallback for its timeout's whole seconds; then no_assignment.
+		c.Apply(t0, &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{{
+			BucketId: &rlqsv3.BucketId{Bucket: id},
+			BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+				AssignmentTimeToLive: durationpb.New(2 * time.Second),
+				RateLimitStrategy:    &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}},
+			}},
+		}}})
+		assert.False(t, c.Allow(t0+time.Second, id))
+		eab := cfg.Settings.GetExpiredAssignmentBehavior()
+		timeout := time.Duration(eab.GetExpiredAssignmentBehaviorTimeout().GetSeconds()) * time.Second
+		expired := t0 + 2*time.Second
+		if eab.GetFallbackRateLimit() != nil && timeout > 0 {
+			want := eab.GetFallbackRateLimit().GetBlanketRule() != typev3.RateLimitStrategy_DENY_ALL
+			assert.Equal(t, want, c.Allow(expired+timeout-time.Millisecond, id), "the fallback, before its timeout")
+		}
+		assert.Equal(t, noAssign, c.Allow(expired+timeout, id), "no_assignment_behavior once the fallback's timeout is over")
+		b, ok := c.Bucket(expired+timeout, id)
+		require.True(t, ok)
+		assert.Nil(t, b.Action)
+		t.Logf("matcher %d: expired assignments fall back for %v, then no_assignment_behavior (first request allowed: %v)", i, timeout, noAssign)
+	}
 }
