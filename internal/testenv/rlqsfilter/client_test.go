@@ -532,6 +532,15 @@ func TestEnvoyCodeNotComments(t *testing.T) {
 			}),
 		},
 	}, {
+		name: "a new bucket starts full however long max_tokens / fill_rate is (no clock check at the pinned commit)",
+		steps: []step{
+			allow(0, "a", true),
+			// 10 tokens at 1 per 10^6 s: a window of 10^7 s, past the
+			// clock's 10^6 s, where later versions start empty.
+			apply(0, assign("a", 60*time.Second, tokens(10, 1, 1_000_000*time.Second))),
+			allowN(0, "a", 11, 10),
+		},
+	}, {
 		name: "fill_interval in whole seconds: 1.9 s is 1 s",
 		steps: []step{
 			allow(0, "a", true),
