@@ -354,7 +354,8 @@ func (c *Client) live(t timer) bool { return c.buckets[t.b.key] == t.b && t.b.ge
 // Bucket is one bucket's state, for tests and for Filter.Strategy.
 type Bucket struct {
 	// Action is the cached action: the server's last assignment, or the
-	// expired-assignment fallback (nil: none, the default applies).
+	// expired-assignment fallback (nil: none, the default applies). It is
+	// the client's own: read it, do not modify it.
 	Action *rlqsv3.RateLimitQuotaResponse_BucketAction
 	// Default is the no-assignment strategy.
 	Default *typev3.RateLimitStrategy
