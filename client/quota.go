@@ -18,8 +18,10 @@ import (
 
 // Quota configures WithQuota. Zero fields take the defaults.
 type Quota struct {
-	// ReportInterval is how often usage is reported on the stream, and so
-	// how long a batch of decisions lasts. Default 1 s.
+	// ReportInterval is how often usage is reported on the stream: whole
+	// seconds, at least 1 s (the node refuses a stream reporting faster,
+	// as Envoy's filter reports elapsed time in whole seconds); a shorter
+	// one is raised to 1 s, a fraction rounded down. Default 1 s.
 	ReportInterval time.Duration
 	// HotAfter is how many checks of one request identity within one
 	// report interval make it hot: from then on it is decided from its
@@ -29,7 +31,7 @@ type Quota struct {
 
 // QuotaDomain is the RLQS domain the client's stream names. It tells the node
 // that the client checks by RPC what it holds no assignment for: a
-// bucket no batch can decide (one an exact policy limits) is abandoned,
+// bucket no assignment can decide (one an exact policy limits) is abandoned,
 // and the client checks that identity by RPC from then on.
 const QuotaDomain = "allot.client"
 
@@ -65,8 +67,7 @@ const (
 	kindNone int32 = iota
 	kindAllow
 	kindDeny
-	kindBatch
-	kindLocal
+	kindBucket // a token bucket: a rate part, or the node's limit/N
 )
 
 // qkey is one hot identity.
@@ -78,9 +79,8 @@ type qkey struct {
 	// decisions without a lock.
 	kind    atomic.Int32
 	expires atomic.Int64
-	tokens  atomic.Int64 // a batch's tokens left; negative after denials
-	// local is a refilling bucket (kindLocal: the node's limit/N while
-	// its Redis is down), decided under its lock.
+	// local is the token bucket of a kindBucket assignment, decided
+	// under its lock.
 	local struct {
 		sync.Mutex
 		tokens, max, rate float64
@@ -123,9 +123,7 @@ type quota struct {
 }
 
 func newQuota(q Quota, cfg config, rlq rlqsv3.RateLimitQuotaServiceClient) *quota {
-	if q.ReportInterval <= 0 {
-		q.ReportInterval = DefaultReportInterval
-	}
+	q.ReportInterval = max(q.ReportInterval.Truncate(time.Second), time.Second)
 	if q.HotAfter <= 0 {
 		q.HotAfter = DefaultHotAfter
 	}
@@ -182,10 +180,7 @@ func (b *qkey) decide(now int64, out *ratelimitv1.RateLimitResponse) bool {
 	case kindAllow:
 		ok = true
 	case kindDeny:
-	case kindBatch:
-		left = b.tokens.Add(-1)
-		ok = left >= 0
-	case kindLocal:
+	case kindBucket:
 		ok, left = b.takeLocal(now)
 	default:
 		return false
@@ -383,9 +378,23 @@ func (q *quota) usage(b *qkey, now int64) *rlqsv3.RateLimitQuotaUsageReports_Buc
 	return u
 }
 
+// sameStrategy is Envoy's test of whether an assignment keeps the
+// bucket's token bucket (protoTokenBucketsEq, internal/testenv/rlqsfilter):
+// two token buckets are the same when max_tokens, tokens_per_fill and
+// fill_interval.nanos are; anything else by value.
+func sameStrategy(a, b *typev3.RateLimitStrategy) bool {
+	ta, tb := a.GetTokenBucket(), b.GetTokenBucket()
+	if ta != nil && tb != nil {
+		return ta.GetMaxTokens() == tb.GetMaxTokens() &&
+			ta.GetTokensPerFill().GetValue() == tb.GetTokensPerFill().GetValue() &&
+			ta.GetFillInterval().GetNanos() == tb.GetFillInterval().GetNanos()
+	}
+	return proto.Equal(a, b)
+}
+
 // apply installs a response's assignments: as Envoy's filter does, a
-// repeated strategy only extends the TTL, another replaces the bucket
-// (full), and abandon forgets the key (it is checked by RPC again, for
+// strategy the same as the bucket's (sameStrategy) only extends the TTL,
+// another replaces the bucket (full), and abandon forgets the key (it is checked by RPC again, for
 // unbatchableFor without being counted).
 func (q *quota) apply(resp *rlqsv3.RateLimitQuotaResponse) {
 	now := q.now()
@@ -413,9 +422,10 @@ func (q *quota) apply(resp *rlqsv3.RateLimitQuotaResponse) {
 		if qa == nil {
 			continue
 		}
-		exp := now + int64(qa.GetAssignmentTimeToLive().AsDuration())
+		// Envoy's expiry timer reads the TTL's whole seconds only.
+		exp := now + qa.GetAssignmentTimeToLive().GetSeconds()*int64(time.Second)
 		s := qa.GetRateLimitStrategy()
-		if !proto.Equal(s, b.strategy) {
+		if !sameStrategy(s, b.strategy) {
 			b.strategy = s
 			kind := kindDeny
 			switch {
@@ -427,17 +437,16 @@ func (q *quota) apply(resp *rlqsv3.RateLimitQuotaResponse) {
 				if tb.GetTokensPerFill() != nil {
 					per = float64(tb.GetTokensPerFill().GetValue())
 				}
-				rate := per / math.Max(tb.GetFillInterval().AsDuration().Seconds(), 1e-9)
-				if rate*qa.GetAssignmentTimeToLive().AsDuration().Seconds() < 1 {
-					// Less than a token refills in its life: a batch.
-					kind = kindBatch
-					b.tokens.Store(int64(tb.GetMaxTokens()))
-				} else {
-					kind = kindLocal
-					b.local.Lock()
-					b.local.max, b.local.rate, b.local.tokens, b.local.last = float64(tb.GetMaxTokens()), rate, float64(tb.GetMaxTokens()), now
-					b.local.Unlock()
+				// As Envoy: tokens_per_fill over the whole seconds of
+				// fill_interval (under a second is no limit).
+				rate := math.Inf(1)
+				if secs := tb.GetFillInterval().GetSeconds(); secs > 0 {
+					rate = per / float64(secs)
 				}
+				kind = kindBucket
+				b.local.Lock()
+				b.local.max, b.local.rate, b.local.tokens, b.local.last = float64(tb.GetMaxTokens()), rate, float64(tb.GetMaxTokens()), now
+				b.local.Unlock()
 			}
 			b.kind.Store(kind)
 		}

@@ -132,7 +132,8 @@ type batchServer struct {
 	rlqsv3.UnimplementedRateLimitQuotaServiceServer
 	ratelimitv1.UnimplementedRateLimiterServiceServer
 	size     uint32
-	ttl      time.Duration
+	rate     uint32        // tokens/s
+	ttl      time.Duration // whole seconds
 	assigned atomic.Int64
 	round    atomic.Int64
 }
@@ -149,15 +150,16 @@ func (s *batchServer) StreamRateLimitQuotas(st rlqsv3.RateLimitQuotaService_Stre
 		}
 		resp := &rlqsv3.RateLimitQuotaResponse{}
 		for _, u := range in.GetBucketQuotaUsages() {
-			s.assigned.Add(int64(s.size))
-			// A fill interval of its own per round: every batch is new.
-			fill := time.Hour + time.Duration(s.round.Add(1))*time.Millisecond
+			// A new bucket every round (max_tokens alternates), as full
+			// as max_tokens, refilling at s.rate for the TTL.
+			size := s.size + uint32(s.round.Add(1)%2)
+			s.assigned.Add(int64(size) + int64(float64(s.rate)*s.ttl.Seconds()))
 			resp.BucketAction = append(resp.BucketAction, &rlqsv3.RateLimitQuotaResponse_BucketAction{
 				BucketId: u.GetBucketId(),
 				BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
 					AssignmentTimeToLive: durationpb.New(s.ttl),
 					RateLimitStrategy: &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
-						MaxTokens: s.size, TokensPerFill: wrapperspb.UInt32(1), FillInterval: durationpb.New(fill),
+						MaxTokens: size, TokensPerFill: wrapperspb.UInt32(s.rate), FillInterval: durationpb.New(time.Second),
 					}}},
 				}},
 			})
@@ -185,11 +187,11 @@ func serveQuota(t testing.TB, s interface {
 	return lis.Addr().String()
 }
 
-// Concurrent callers of one hot identity, batches replaced every 20 ms:
-// never more admitted than assigned (run with -race).
-func TestQuotaConcurrentCallersSpendOnlyTheirBatches(t *testing.T) {
-	s := &batchServer{size: 50, ttl: 100 * time.Millisecond}
-	c, err := client.New([]string{serveQuota(t, s)}, client.WithQuota(client.Quota{ReportInterval: 20 * time.Millisecond}))
+// Concurrent callers of one hot identity, its bucket replaced each
+// report: never more admitted than assigned (run with -race).
+func TestQuotaConcurrentCallersSpendOnlyTheirAssignments(t *testing.T) {
+	s := &batchServer{size: 50, rate: 100, ttl: 2 * time.Second}
+	c, err := client.New([]string{serveQuota(t, s)}, client.WithQuota(client.Quota{}))
 	require.NoError(t, err)
 	var allowed atomic.Int64
 	done := make(chan struct{})
@@ -198,7 +200,7 @@ func TestQuotaConcurrentCallersSpendOnlyTheirBatches(t *testing.T) {
 			defer func() { done <- struct{}{} }()
 			req := &ratelimitv1.RateLimitRequest{TenantId: "t"}
 			var out ratelimitv1.RateLimitResponse
-			for end := time.Now().Add(time.Second); time.Now().Before(end); {
+			for end := time.Now().Add(2500 * time.Millisecond); time.Now().Before(end); {
 				if c.CheckTo(context.Background(), req, &out) == nil && out.Decision == ratelimitv1.RateLimitResponse_ALLOWED {
 					allowed.Add(1)
 				}
@@ -244,7 +246,7 @@ policies:
 // With the stream down, a hot identity's assignment expires and its
 // checks go by RPC again, to OnUnreachable when no node answers.
 func TestQuotaStreamDownEndsInOnUnreachable(t *testing.T) {
-	s := &batchServer{size: 1 << 20, ttl: 200 * time.Millisecond}
+	s := &batchServer{size: 1 << 20, rate: 1 << 20, ttl: time.Second}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := grpc.NewServer()
@@ -260,10 +262,10 @@ func TestQuotaStreamDownEndsInOnUnreachable(t *testing.T) {
 	var out ratelimitv1.RateLimitResponse
 	require.Eventually(t, func() bool {
 		return c.CheckTo(ctx, req, &out) == nil && out.Decision == ratelimitv1.RateLimitResponse_ALLOWED
-	}, 10*time.Second, time.Millisecond, "decided from a batch (the server throttles every RPC)")
+	}, 10*time.Second, time.Millisecond, "decided from an assignment (the server throttles every RPC)")
 	srv.Stop()
 	require.Eventually(t, func() bool {
 		err := c.CheckTo(ctx, req, &out, client.OnUnreachable(client.FailClosed))
 		return err == nil && client.Local(&out) && out.Decision == ratelimitv1.RateLimitResponse_THROTTLED
-	}, 10*time.Second, 10*time.Millisecond, "once the batch expired, no node: OnUnreachable")
+	}, 10*time.Second, 10*time.Millisecond, "once the assignment expired, no node: OnUnreachable")
 }

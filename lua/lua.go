@@ -166,6 +166,8 @@ var (
 	leaseSrc string
 	//go:embed return.lua
 	returnSrc string
+	//go:embed part.lua
+	partSrc string
 )
 
 // Lease is lease.lua: it grants a node tokens from one subject's buckets
@@ -179,6 +181,13 @@ var Lease = redis.NewScript(commonSrc + leaseSrc)
 // decayed by the lease's age. ARGV has 5 values per key (limit, period in
 // ms, burst, unspent, age in µs). It returns the whole tokens credited.
 var Return = redis.NewScript(commonSrc + returnSrc)
+
+// Part is part.lua: one node's settlement of a region bucket's RLQS
+// parts. KEYS are the bucket and its parts hash; ARGV is limit, period in
+// ms, burst, node, usage, TTL in ms and horizon in ms, then demand, held
+// and want per consumer. It returns {avail, rate, burst, tokens,
+// lease_rate, lease_unmet, a part per consumer, other nodes' demands}.
+var Part = redis.NewScript(commonSrc + partSrc)
 
 // Source returns the text of one of this package's scripts (for an EVAL
 // that a caller builds itself), or "" for any other script.
@@ -194,6 +203,8 @@ func Source(s *redis.Script) string {
 		return commonSrc + leaseSrc
 	case Return:
 		return commonSrc + returnSrc
+	case Part:
+		return commonSrc + partSrc
 	}
 	return coordSource(s)
 }

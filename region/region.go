@@ -278,7 +278,7 @@ func Open(ctx context.Context, addrs []string, opts Options) (*Store, error) {
 }
 
 // storeScripts are the scripts the store's methods send (evalAll).
-var storeScripts = []*redis.Script{lua.CheckTB, lua.Check, lua.Refund, lua.Lease, lua.Return}
+var storeScripts = []*redis.Script{lua.CheckTB, lua.Check, lua.Refund, lua.Lease, lua.Return, lua.Part}
 
 // warm readies one shard for the first calls of a busy start: it opens
 // as many connections as pipelines may be in flight and loads the

@@ -47,6 +47,22 @@ func (dm *demand) record(p *plan, denied bool, cost int64) {
 	}
 }
 
+// add counts admitted and denied tokens of key.
+func (dm *demand) add(key string, admitted, denied int64) {
+	dm.mu.Lock()
+	defer dm.mu.Unlock()
+	if dm.m == nil {
+		dm.m = map[string]*[2]int64{}
+	}
+	c := dm.m[key]
+	if c == nil {
+		c = new([2]int64)
+		dm.m[key] = c
+	}
+	c[0] += admitted
+	c[1] += denied
+}
+
 // DrainDemand calls fn for every global key the exact path decided since
 // the previous call, with the tokens admitted and denied, and forgets
 // them. It has the shape of lease.Manager.DrainDemand, so a node publishes

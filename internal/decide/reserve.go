@@ -1,165 +1,125 @@
 package decide
 
 import (
-	"context"
-	"fmt"
-	"math"
 	"time"
 
-	"github.com/allot-dev/allot/lease"
+	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/policy"
 )
 
-// A batch client (an RLQS stream, internal/rlqs) does not ask the node
-// per request: it takes a batch of a bucket's requests, decides them
-// itself until its next round, and reports what it did. Reserve is that
-// take, on the same leases (and so the same region buckets) as Check.
+// A quota client (an RLQS stream, internal/rlqs) does not ask the node
+// per request: it is assigned a rate for a bucket of requests, decides
+// them itself, and reports what it admitted. Quota says which region
+// buckets such a bucket spends, so that the client's part of each is
+// split with every other consumer of it and its usage charged to it.
 
-// GrantKind says how a batch client decides a bucket's requests until
+// GrantKind says how a quota client decides a bucket's requests until
 // its next round.
 type GrantKind int
 
 // Grant kinds.
 const (
-	// GrantBatch admits Grant.Requests requests, then denies.
-	GrantBatch GrantKind = iota
+	// GrantParts decides by parts of the rates of Quota.Keys: the keys of
+	// leased policies, split among their consumers (internal/rlqs).
+	GrantParts GrantKind = iota
 	// GrantAllowAll admits every request: no enforced policy matches, the
 	// requests cost nothing, or the store failed and the policies fail
 	// open.
 	GrantAllowAll
 	// GrantDenyAll denies every request: an enforced policy is exact (a
-	// batch cannot decide exactly), or the store failed and a policy
-	// fails closed.
+	// client deciding locally cannot be exact), or the store failed and a
+	// policy fails closed.
 	GrantDenyAll
 	// GrantLocal decides by this node's share of the limit (LocalBurst,
 	// LocalRate) while the store fails, for `on_store_failure: local`.
 	GrantLocal
 )
 
-// Grant is what Reserve answers.
+// QuotaKey is one region bucket a quota bucket spends: a limit of a
+// leased policy for the bucket's subject.
+type QuotaKey struct {
+	Key    string
+	Spec   algorithm.Spec // the region's numbers (a global limit's default share)
+	Global bool
+}
+
+// Grant is what Quota answers, and QuotaFailed when the store failed.
 type Grant struct {
 	Kind GrantKind
-	// Requests is what a GrantBatch admits; 0 when the bucket had nothing
-	// to give (RetryAfter then says when it may).
-	Requests   int64
-	RetryAfter time.Duration
-	// Rate is the tightest enforced limit's rate in requests/s (a global
-	// limit's default region share): what batch clients of one bucket
-	// split. Set for GrantBatch.
-	Rate float64
+	// Keys are the region buckets of a GrantParts, and Cost the tokens
+	// one request takes from each.
+	Keys []QuotaKey
+	Cost int64
 	// LocalBurst and LocalRate (requests/s) are this node's share of the
 	// tightest `local` limit, for GrantLocal.
 	LocalBurst int64
 	LocalRate  float64
-	// PolicyID names the deciding policy, Reason says why for anything
-	// but a GrantBatch.
+	// PolicyID names the deciding policy (the first enforced one for
+	// GrantParts), Reason says why for anything but a GrantParts.
 	PolicyID string
 	Reason   string
 	// Degraded: decided by on_store_failure, without the store.
 	Degraded bool
-	// Unbatchable: a GrantDenyAll because no batch can decide these
+	// Unbatchable: a GrantDenyAll because no quota client can decide these
 	// requests (an exact policy, or a node that leases nothing), not
 	// because they are over a limit: a client that can check by RPC
 	// should.
 	Unbatchable bool
+
+	enforced []*policy.Compiled // for QuotaFailed
 }
 
-// Reserve takes a batch of up to n requests of r's cost, where n, all :=
-// size(rate), from the leases of every enforced policy matching r (rate:
-// the tightest one's, in requests/s); all (>= n) is what every batch
-// taker of r on this node will want this round, so that a refill brings
-// it at once and the rest waits on hand (lease.Manager.TakeUpTo). It is
-// all-or-nothing across the policies: the batch is what the
-// scarcest gave, and the others get the rest back. Shadow policies are
-// skipped (they never deny). An exact enforced policy answers
-// GrantDenyAll: only leased policies can be decided by a batch. A store
-// failure decides by the strictest on_store_failure of the enforced
-// policies (closed, then local, then open); an overload (the caller's ctx
-// ended while a refill was awaited) is returned as an error.
-func (d *Decider) Reserve(ctx context.Context, r *policy.Request, size func(rate float64) (n, all int64)) (Grant, error) {
+// Quota says how a quota client decides the requests r describes: by
+// parts of the region buckets of every enforced policy matching r (all
+// leased), or by a blanket rule. Shadow policies are skipped (they never
+// deny). An exact enforced policy answers GrantDenyAll: only leased
+// policies can be decided by a client. It reads no store.
+func (d *Decider) Quota(r *policy.Request) Grant {
 	st := d.state.Load()
 	tier, cost := st.set.Tier(r), st.set.Cost(r)
-	var mbuf, ebuf [8]*policy.Compiled
-	enforced := ebuf[:0]
+	var mbuf [8]*policy.Compiled
+	var enforced []*policy.Compiled
 	for _, pol := range st.set.Match(r, tier, mbuf[:0]) {
 		if !pol.Shadow {
 			enforced = append(enforced, pol)
 		}
 	}
 	if len(enforced) == 0 {
-		return Grant{Kind: GrantAllowAll, Reason: "no enforced policy matches"}, nil
+		return Grant{Kind: GrantAllowAll, Reason: "no enforced policy matches"}
 	}
 	if cost == 0 {
-		return Grant{Kind: GrantAllowAll, Reason: "the route's requests cost nothing"}, nil
+		return Grant{Kind: GrantAllowAll, Reason: "the route's requests cost nothing"}
 	}
 	if d.leases == nil {
-		return Grant{Kind: GrantDenyAll, PolicyID: enforced[0].ID, Unbatchable: true, Reason: "this node leases nothing (standalone): a batch client needs leased policies"}, nil
+		return Grant{Kind: GrantDenyAll, PolicyID: enforced[0].ID, Unbatchable: true, Reason: "this node leases nothing (standalone): a quota client needs leased policies"}
 	}
-	rate := math.Inf(1)
+	g := Grant{Kind: GrantParts, Cost: cost, PolicyID: enforced[0].ID, enforced: enforced}
+	var subj [256]byte
 	for _, pol := range enforced {
 		if st.leased[pol] == nil {
 			return Grant{Kind: GrantDenyAll, PolicyID: pol.ID, Unbatchable: true,
-				Reason: "policy " + pol.ID + " is exact: a batch client can only enforce `precision: leased` policies; check these requests with CheckRateLimit"}, nil
+				Reason: "policy " + pol.ID + " is exact: a quota client can only enforce `precision: leased` policies; check these requests with CheckRateLimit"}
 		}
+		subject := string(pol.AppendSubject(subj[:0], r, tier))
 		for i := range pol.Limits {
-			rate = min(rate, regionalSpec(pol, &pol.Limits[i], d.regions).Rate()/float64(cost))
+			l := &pol.Limits[i]
+			g.Keys = append(g.Keys, QuotaKey{Key: l.Key(subject), Spec: regionalSpec(pol, l, d.regions), Global: pol.Global})
 		}
 	}
-	n, all := size(rate)
-	n, all = min(n, math.MaxInt64/cost), min(max(all, n), math.MaxInt64/cost)
-	if n <= 0 {
-		return Grant{Kind: GrantBatch, Rate: rate}, nil
-	}
-	var takes []lease.Result
-	var retry time.Duration
-	var subj [256]byte
-	var cause error
-take:
-	for _, pol := range enforced {
-		subject := pol.AppendSubject(subj[:0], r, tier)
-		for _, ll := range st.leased[pol] {
-			res, err := d.leases.TakeUpTo(ctx, ll, subject, n*cost, all*cost)
-			if err != nil {
-				cause = err
-				break take
-			}
-			takes = append(takes, res)
-			retry = max(retry, res.RetryAfter)
-			if n = min(n, res.Tokens()/cost); n == 0 {
-				break take
-			}
-		}
-	}
-	for i := range takes {
-		d.leases.GiveBackPart(&takes[i], takes[i].Tokens()-n*cost)
-	}
-	if cause != nil {
-		for i := range takes {
-			d.leases.GiveBack(&takes[i])
-		}
-		if IsOverloaded(cause) {
-			return Grant{}, fmt.Errorf("reserve: %w", cause)
-		}
-		return d.reserveFailed(enforced, cost, cause), nil
-	}
-	g := Grant{Kind: GrantBatch, Requests: n, Rate: rate}
-	if n == 0 {
-		g.RetryAfter = retry
-	}
-	return g, nil
+	return g
 }
 
-// reserveFailed is Reserve's answer when the store failed: the strictest
-// on_store_failure among the enforced policies decides.
-func (d *Decider) reserveFailed(enforced []*policy.Compiled, cost int64, cause error) Grant {
+// QuotaFailed is the answer for g's requests while the store fails: the
+// strictest on_store_failure among its enforced policies decides.
+func (d *Decider) QuotaFailed(g *Grant, cause error) Grant {
 	if now := time.Now().UnixNano(); now-d.warned.Load() >= int64(warnEvery) {
 		d.warned.Store(now)
-		d.log.Warn("store failed; reserving by on_store_failure (logged at most every 10s)", "err", cause)
+		d.log.Warn("store failed; quota decided by on_store_failure (logged at most every 10s)", "err", cause)
 	}
 	why := ErrStoreUnavailable.Error()
 	var local *Grant
 	open := ""
-	for _, pol := range enforced {
+	for _, pol := range g.enforced {
 		switch {
 		case pol.OnStoreFailure == policy.FailClosed:
 			return Grant{Kind: GrantDenyAll, PolicyID: pol.ID, Degraded: true, Reason: "policy " + pol.ID + ": " + why + " and the policy fails closed"}
@@ -168,11 +128,11 @@ func (d *Decider) reserveFailed(enforced []*policy.Compiled, cost int64, cause e
 				s := regionalSpec(pol, &pol.Limits[i], d.regions)
 				c := s.Capacity()
 				share := d.fallback.Share(c)
-				g := Grant{Kind: GrantLocal, PolicyID: pol.ID, Degraded: true,
-					LocalBurst: share / cost, LocalRate: s.Rate() * float64(share) / float64(c) / float64(cost),
+				l := Grant{Kind: GrantLocal, PolicyID: pol.ID, Degraded: true,
+					LocalBurst: share / g.Cost, LocalRate: s.Rate() * float64(share) / float64(c) / float64(g.Cost),
 					Reason: why + ", decided by this node's local share (limit / N)"}
-				if local == nil || g.LocalRate < local.LocalRate {
-					local = &g
+				if local == nil || l.LocalRate < local.LocalRate {
+					local = &l
 				}
 			}
 		case open == "":
@@ -183,4 +143,11 @@ func (d *Decider) reserveFailed(enforced []*policy.Compiled, cost int64, cause e
 		return *local
 	}
 	return Grant{Kind: GrantAllowAll, PolicyID: open, Degraded: true, Reason: why + " and the policy fails open"}
+}
+
+// QuotaUsage counts what quota clients admitted and denied of a global
+// key (tokens), for the coordinator's demand (DrainDemand), as the exact
+// path counts its own.
+func (d *Decider) QuotaUsage(key string, admitted, denied int64) {
+	d.demand.add(key, admitted, denied)
 }

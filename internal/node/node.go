@@ -287,6 +287,9 @@ func (n *Node) Close(timeout time.Duration) error {
 func (n *Node) Shutdown(ctx context.Context, drain, timeout time.Duration) error {
 	n.closing.Store(true)
 	n.health.Shutdown()
+	// RLQS streams never end on their own: end them now, so that their
+	// clients reconnect to another node while this one drains.
+	n.rlqs.Drain()
 	if drain > 0 {
 		// The command says what it is doing (cmd/node); Close's callers
 		// (tests, the sandbox) see it at debug level.

@@ -12,13 +12,14 @@ import (
 )
 
 // BenchmarkRLQSReportOfColdBuckets is the time a node takes to answer a
-// stream's first report naming n buckets it has never leased (each a
-// refill from its own Redis): what an Envoy with many buckets waits for
-// after connecting to a fresh node. Every iteration names new buckets.
+// stream's first report naming n buckets it has never settled (one
+// pipelined part.lua call per region bucket): what an Envoy with many
+// buckets waits for after connecting to a fresh node. Every iteration
+// names new buckets.
 func BenchmarkRLQSReportOfColdBuckets(b *testing.B) {
 	redistest.Require(b)
 	in := redistest.Server(b)
-	_, dial := rlqsNode(b, in.Addr)
+	_, dial := rlqsNode(b, in.Addr, rlqsPolicies)
 	for _, n := range []int{100, 4096} {
 		b.Run(fmt.Sprintf("buckets=%d", n), func(b *testing.B) {
 			round := 0

@@ -2,19 +2,24 @@ package node_test
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	rlqsfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/allot-dev/allot/internal/node"
 	"github.com/allot-dev/allot/internal/testenv/faultproxy"
@@ -37,10 +42,10 @@ policies:
 
 // rlqsNode starts a node on its own Redis and returns a dialer of fresh
 // connections to it (one per RLQS client, as separate Envoys would be).
-func rlqsNode(t testing.TB, redis string) (*node.Node, func() *grpc.ClientConn) {
+func rlqsNode(t testing.TB, redis, policies string) (*node.Node, func() *grpc.ClientConn) {
 	t.Helper()
 	n, err := node.Start(context.Background(), node.Config{
-		GRPCAddr: "127.0.0.1:0", Redis: []string{redis}, PoliciesPath: policyFile(t, rlqsPolicies),
+		GRPCAddr: "127.0.0.1:0", Redis: []string{redis}, PoliciesPath: policyFile(t, policies),
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })
@@ -52,10 +57,34 @@ func rlqsNode(t testing.TB, redis string) (*node.Node, func() *grpc.ClientConn) 
 	}
 }
 
+// envoySettings are the bucket settings of deploy/envoy/rlqs.yaml's
+// kind: DENY_ALL before a bucket's first assignment, and for 10 s after
+// one expires.
+func envoySettings() *rlqsfilterv3.RateLimitQuotaBucketSettings {
+	deny := &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
+	return &rlqsfilterv3.RateLimitQuotaBucketSettings{
+		NoAssignmentBehavior: &rlqsfilterv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior{NoAssignmentBehavior: &rlqsfilterv3.RateLimitQuotaBucketSettings_NoAssignmentBehavior_FallbackRateLimit{FallbackRateLimit: deny}},
+		ExpiredAssignmentBehavior: &rlqsfilterv3.RateLimitQuotaBucketSettings_ExpiredAssignmentBehavior{
+			ExpiredAssignmentBehaviorTimeout: durationpb.New(10 * time.Second),
+			ExpiredAssignmentBehavior:        &rlqsfilterv3.RateLimitQuotaBucketSettings_ExpiredAssignmentBehavior_FallbackRateLimit{FallbackRateLimit: deny},
+		},
+		ReportingInterval: durationpb.New(rlqsfilter.EnvoyReportInterval),
+	}
+}
+
+// envoy starts an emulated Envoy filter (Envoy's 5 s reporting) on conn.
+func envoy(t testing.TB, conn *grpc.ClientConn) *rlqsfilter.Filter {
+	t.Helper()
+	f, err := rlqsfilter.Start(context.Background(), conn, rlqsfilter.Config{Domain: "test", Settings: envoySettings()})
+	require.NoError(t, err)
+	t.Cleanup(f.Close)
+	return f
+}
+
 // perSecond counts what a client admitted in each second of a run.
 type perSecond struct {
 	start time.Time
-	bins  [64]atomic.Int64
+	bins  [128]atomic.Int64
 }
 
 func (p *perSecond) add(now time.Time) { p.bins[int(now.Sub(p.start)/time.Second)].Add(1) }
@@ -69,8 +98,8 @@ func (p *perSecond) sum(from, to int) int64 {
 	return s
 }
 
-// offer sends rate requests/s of one bucket through decide until until,
-// counting the admitted ones in out.
+// offer sends rate requests/s of one bucket through decide from start
+// until until, counting the admitted ones in out.
 func offer(decide func(now time.Time) bool, rate float64, start, until time.Time, out *perSecond) {
 	sent := 0
 	for now := time.Now(); now.Before(until); now = time.Now() {
@@ -83,28 +112,27 @@ func offer(decide func(now time.Time) bool, rate float64, start, until time.Time
 	}
 }
 
-// TestRLQSTwoClientsShareOneBucket is issue 36's first acceptance point:
-// two RLQS clients on one bucket of 1,000/s, each offered 5,000/s for
-// 30 s; the second leaves at 20.5 s, between two rounds. (Leaving at the
-// instant of a round costs half a second of the rate once more: the
-// survivor's round still splits with the leaver, whose half then
-// overflows the full bucket; docs/performance.md "RLQS".)
-func TestRLQSTwoClientsShareOneBucket(t *testing.T) {
+// rlqsBound is ARCHITECTURE.md's bound ("RLQS: rate parts") for a run of
+// T seconds of a region bucket of rate r and burst b: b + r·(T + lease
+// TTL + A + I + 0.1 s), with the lease TTL 2 s, Envoy's reporting
+// interval I = 5 s and the assignment TTL A = I + 2 s.
+func rlqsBound(r, b, T float64) float64 { return b + r*(T+2+7+5+0.1) }
+
+// Issue 43's first acceptance point, and its stream that closes: two
+// emulated Envoys on one node share a 1,000/s bucket, 5,000/s offered
+// each for 30 s; b leaves at 15 s, and a holds the whole rate within two
+// reporting intervals.
+func TestRLQSTwoFiltersOneNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("30 s of load")
 	}
+	t.Parallel()
 	redistest.Require(t)
-	_, dial := rlqsNode(t, redistest.Server(t).Addr)
-	ctx := context.Background()
-	cfg := rlqsfilter.Config{Domain: "test", ReportInterval: time.Second}
-	a, err := rlqsfilter.Start(ctx, dial(), cfg)
-	require.NoError(t, err)
-	defer a.Close()
-	b, err := rlqsfilter.Start(ctx, dial(), cfg)
-	require.NoError(t, err)
+	_, dial := rlqsNode(t, redistest.Server(t).Addr, rlqsPolicies)
+	a, b := envoy(t, dial()), envoy(t, dial())
 	id := map[string]string{"tenant": "acme"}
 
-	const run, leave = 30, 20 // b leaves at leave + 0.5 s
+	const run, leave = 30, 15
 	start := time.Now()
 	pa, pb := &perSecond{start: start}, &perSecond{start: start}
 	var wg sync.WaitGroup
@@ -115,70 +143,195 @@ func TestRLQSTwoClientsShareOneBucket(t *testing.T) {
 	}()
 	go func() {
 		defer wg.Done()
-		offer(func(now time.Time) bool { return b.Allow(id, now) }, 5000, start, start.Add(leave*time.Second+time.Second/2), pb)
+		offer(func(now time.Time) bool { return b.Allow(id, now) }, 5000, start, start.Add(leave*time.Second), pb)
 		b.Close()
 	}()
 	wg.Wait()
 	require.NoError(t, a.Err())
 
-	total := pa.sum(0, run) + pb.sum(0, run)
 	const rate, burst = 1000.0, 1000.0
+	total := pa.sum(0, run) + pb.sum(0, run)
 	ideal := burst + rate*run
-	// The leasing bound with the assignment's TTL added (ARCHITECTURE.md,
-	// "RLQS: assignments from leases"): burst + rate*(T + TTL + A + tick),
-	// lease TTL 2 s, assignment TTL A = 1 s interval + 1 s.
-	bound := burst + rate*(run+2+2+0.001)
-	t.Logf("admitted %d of ideal %.0f (%.3f), bound %.0f; a %d, b %d before b left; a after %d/s",
-		total, ideal, float64(total)/ideal, bound, pa.sum(0, leave), pb.sum(0, leave), pa.sum(leave+4, run)/(run-leave-4))
-	assert.LessOrEqual(t, float64(total), bound)
+	t.Logf("admitted %d of ideal %.0f (%.3f), bound %.0f; a %d, b %d before b left; a after 2 intervals %d/s",
+		total, ideal, float64(total)/ideal, rlqsBound(rate, burst, run), pa.sum(0, leave), pb.sum(0, leave), pa.sum(leave+10, run)/(run-leave-10))
+	assert.LessOrEqual(t, float64(total), rlqsBound(rate, burst, run))
 	assert.GreaterOrEqual(t, float64(total), 0.95*ideal)
-	// Fair while both are there (the first second is the subscription).
-	ra, rb := float64(pa.sum(1, leave)), float64(pb.sum(1, leave))
-	assert.InDelta(t, 1, ra/rb, 0.2, "each client's part within 20 %% of the other's: %v vs %v", ra, rb)
-	// Within one report interval plus one TTL of b leaving, a has the
-	// whole rate.
-	assert.GreaterOrEqual(t, float64(pa.sum(leave+4, run)), 0.95*rate*(run-leave-4))
+	// Fair once both have reported (the first interval is their
+	// subscription: parts already sent are only taken back as they are
+	// replaced).
+	ra, rb := float64(pa.sum(5, leave)), float64(pb.sum(5, leave))
+	assert.InDelta(t, 1, ra/rb, 0.2, "each filter's part within 20 %% of the other's: %v vs %v", ra, rb)
+	assert.GreaterOrEqual(t, float64(pa.sum(leave+10, run)), 0.95*rate*(run-leave-10), "the survivor holds the whole rate within two reporting intervals")
 }
 
-// TestRLQSAndChecksShareOneBucket: one key checked at once through
-// CheckRateLimit and through an RLQS client stays within the one region
-// bucket's bound.
-func TestRLQSAndChecksShareOneBucket(t *testing.T) {
+// Issue 43's second acceptance point: one filter on each of two nodes,
+// then a closed-loop CheckRateLimit caller (32 in flight) on a third.
+func TestRLQSSplitsAcrossNodesAndChecks(t *testing.T) {
 	if testing.Short() {
-		t.Skip("10 s of load")
+		t.Skip("60 s of load")
 	}
+	t.Parallel()
 	redistest.Require(t)
-	_, dial := rlqsNode(t, redistest.Server(t).Addr)
-	ctx := context.Background()
-	f, err := rlqsfilter.Start(ctx, dial(), rlqsfilter.Config{Domain: "test", ReportInterval: time.Second})
-	require.NoError(t, err)
-	defer f.Close()
-	checks := ratelimitv1.NewRateLimiterServiceClient(dial())
-	id := map[string]string{"tenant": "mixed"}
+	addr := redistest.Server(t).Addr
+	_, dial1 := rlqsNode(t, addr, rlqsPolicies)
+	_, dial2 := rlqsNode(t, addr, rlqsPolicies)
+	_, dial3 := rlqsNode(t, addr, rlqsPolicies)
+	a, b := envoy(t, dial1()), envoy(t, dial2())
+	checks := ratelimitv1.NewRateLimiterServiceClient(dial3())
+	id := map[string]string{"tenant": "acme"}
 
-	const run = 10
+	const phase = 30
+	start := time.Now()
+	pa, pb, pc := &perSecond{start: start}, &perSecond{start: start}, &perSecond{start: start}
+	var wg sync.WaitGroup
+	for _, f := range []struct {
+		f *rlqsfilter.Filter
+		p *perSecond
+	}{{a, pa}, {b, pb}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			offer(func(now time.Time) bool { return f.f.Allow(id, now) }, 5000, start, start.Add(2*phase*time.Second), f.p)
+		}()
+	}
+	time.Sleep(time.Until(start.Add(phase * time.Second))) // the second phase starts at a time, not on a condition
+	ctx := context.Background()
+	end := start.Add(2 * phase * time.Second)
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				resp, err := checks.CheckRateLimit(ctx, &ratelimitv1.RateLimitRequest{TenantId: "acme"})
+				if now := time.Now(); err == nil && resp.Decision == ratelimitv1.RateLimitResponse_ALLOWED && now.Before(end) {
+					pc.add(now)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+
+	const rate, burst = 1000.0, 1000.0
+	two := pa.sum(0, phase) + pb.sum(0, phase)
+	ideal := burst + rate*phase
+	t.Logf("two nodes: %d of ideal %.0f (%.3f); a %d, b %d", two, ideal, float64(two)/ideal, pa.sum(0, phase), pb.sum(0, phase))
+	assert.GreaterOrEqual(t, float64(two), 0.95*ideal)
+	assert.LessOrEqual(t, float64(two), rlqsBound(rate, burst, phase))
+	// Parts already sent are taken back only as they are replaced, one
+	// report at a time: measured once each filter has reported twice.
+	assert.InDelta(t, 1, float64(pa.sum(10, phase))/float64(pb.sum(10, phase)), 0.2, "the two filters' parts within 20 %% once both reported twice: %d vs %d", pa.sum(10, phase), pb.sum(10, phase))
+
+	// Three consumers: measured after two reporting intervals to settle.
+	from := phase + 10
+	ca, cb, cc := pa.sum(from, 2*phase), pb.sum(from, 2*phase), pc.sum(from, 2*phase)
+	total := pa.sum(phase, 2*phase) + pb.sum(phase, 2*phase) + pc.sum(phase, 2*phase)
+	t.Logf("three consumers from %d s: filters %d and %d, checks %d; the phase's total %d, bound %.0f", from, ca, cb, cc, total, rlqsBound(rate, burst, phase))
+	assert.LessOrEqual(t, float64(total), rlqsBound(rate, burst, phase))
+	third := float64(ca+cb+cc) / 3
+	for name, v := range map[string]int64{"filter a": ca, "filter b": cb, "checks": cc} {
+		assert.InDelta(t, third, float64(v), 0.25*third, "%s within 25 %% of a third", name)
+	}
+}
+
+// A filter that goes idle leaves its part to the other within three
+// reporting intervals.
+func TestRLQSIdleFilterLeavesItsPart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("30 s of load")
+	}
+	t.Parallel()
+	redistest.Require(t)
+	_, dial := rlqsNode(t, redistest.Server(t).Addr, rlqsPolicies)
+	a, b := envoy(t, dial()), envoy(t, dial())
+	id := map[string]string{"tenant": "idle"}
+	const run, idle = 30, 10
+	start := time.Now()
+	pa, pb := &perSecond{start: start}, &perSecond{start: start}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		offer(func(now time.Time) bool { return a.Allow(id, now) }, 5000, start, start.Add(run*time.Second), pa)
+	}()
+	go func() {
+		defer wg.Done()
+		offer(func(now time.Time) bool { return b.Allow(id, now) }, 5000, start, start.Add(idle*time.Second), pb)
+	}()
+	wg.Wait()
+	from := idle + 15
+	t.Logf("a alone from %d s: %d/s", from, pa.sum(from, run)/int64(run-from))
+	assert.GreaterOrEqual(t, float64(pa.sum(from, run)), 0.9*1000*float64(run-from), "within three intervals the idle filter's part is a's")
+	require.NoError(t, b.Err(), "the idle filter's stream lives")
+}
+
+// Issue 43's multi-window point: a tier of 50/s + 1,000/min +
+// 50,000/day, one filter at 200/s for 60 s, within 5 % of what
+// CheckRateLimit admits for the same offered load.
+func TestRLQSTierFollowsTheBindingLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("60 s of load")
+	}
+	t.Parallel()
+	redistest.Require(t)
+	_, dial := rlqsNode(t, redistest.Server(t).Addr, `
+policies:
+  - id: tier
+    per: [tenant]
+    precision: leased
+    limits:
+      - {name: s, algorithm: token_bucket, limit: 50, period: 1s}
+      - {name: m, algorithm: token_bucket, limit: 1000, period: 1m}
+      - {name: d, algorithm: token_bucket, limit: 50000, period: 24h}
+`)
+	f := envoy(t, dial())
+	checks := ratelimitv1.NewRateLimiterServiceClient(dial())
+	const run = 60
 	start := time.Now()
 	viaRLQS, viaCheck := &perSecond{start: start}, &perSecond{start: start}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		offer(func(now time.Time) bool { return f.Allow(id, now) }, 5000, start, start.Add(run*time.Second), viaRLQS)
+		offer(func(now time.Time) bool { return f.Allow(map[string]string{"tenant": "rlqs"}, now) }, 200, start, start.Add(run*time.Second), viaRLQS)
 	}()
 	go func() {
 		defer wg.Done()
 		offer(func(time.Time) bool {
-			resp, err := checks.CheckRateLimit(ctx, &ratelimitv1.RateLimitRequest{TenantId: "mixed"})
+			resp, err := checks.CheckRateLimit(context.Background(), &ratelimitv1.RateLimitRequest{TenantId: "check"})
 			return err == nil && resp.Decision == ratelimitv1.RateLimitResponse_ALLOWED
-		}, 1000, start, start.Add(run*time.Second), viaCheck)
+		}, 200, start, start.Add(run*time.Second), viaCheck)
 	}()
 	wg.Wait()
 	r, c := viaRLQS.sum(0, run), viaCheck.sum(0, run)
-	bound := 1000.0 + 1000*(run+2+2+0.001)
-	t.Logf("admitted %d via RLQS + %d via CheckRateLimit = %d; bound %.0f", r, c, r+c, bound)
-	assert.LessOrEqual(t, float64(r+c), bound)
-	assert.Positive(t, r)
-	assert.Positive(t, c)
+	ideal := idealTier(200, run)
+	t.Logf("RLQS admitted %d, CheckRateLimit %d (%.3f), the ideal buckets %.0f (RLQS %.3f)", r, c, float64(r)/float64(c), ideal, float64(r)/ideal)
+	// CheckRateLimit on a leased policy under-uses a fresh bucket's
+	// burst by a few percent (issue 44); the three ideal buckets are the
+	// reference.
+	assert.InDelta(t, 1, float64(r)/ideal, 0.05)
+}
+
+// idealTier is what the tier's three buckets, full at the start, admit
+// of rate requests/s offered evenly for run seconds, all-or-nothing.
+func idealTier(rate float64, run int) float64 {
+	type tb struct{ tokens, burst, perSec float64 }
+	bs := []*tb{{50, 50, 50}, {1000, 1000, 1000.0 / 60}, {50000, 50000, 50000.0 / 86400}}
+	admitted := 0.0
+	dt := 1 / rate
+	for i := 0; i < int(rate)*run; i++ {
+		ok := true
+		for _, b := range bs {
+			b.tokens = min(b.burst, b.tokens+b.perSec*dt)
+			ok = ok && b.tokens >= 1
+		}
+		if ok {
+			admitted++
+			for _, b := range bs {
+				b.tokens--
+			}
+		}
+	}
+	return admitted
 }
 
 const rlqsFaultPolicies = `
@@ -188,10 +341,11 @@ policies:
   - {id: local, match: {route: /local}, per: [tenant], precision: leased, on_store_failure: local, limits: [{name: s, algorithm: token_bucket, limit: 100, period: 1s}]}
 `
 
-// TestRLQSFollowsOnStoreFailure: Redis frozen, then killed, then back:
-// assignments follow each policy's on_store_failure, and no assignment
-// outlives its TTL.
+// TestRLQSFollowsOnStoreFailure: Redis frozen, then back: assignments
+// follow each policy's on_store_failure; under local the filter admits
+// at most 1.1x its limit/N part over 10 s plus that part's burst.
 func TestRLQSFollowsOnStoreFailure(t *testing.T) {
+	t.Parallel()
 	redistest.Require(t)
 	in := redistest.Server(t)
 	p := faultproxy.New(t, in.Addr)
@@ -204,8 +358,9 @@ func TestRLQSFollowsOnStoreFailure(t *testing.T) {
 	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
-	const interval = 200 * time.Millisecond
-	f, err := rlqsfilter.Start(context.Background(), conn, rlqsfilter.Config{Domain: "test", ReportInterval: interval})
+	// Reports every second (Envoy's are 5 s apart: this only shortens
+	// the test).
+	f, err := rlqsfilter.Start(context.Background(), conn, rlqsfilter.Config{Domain: "test", Settings: envoySettings(), ReportInterval: time.Second})
 	require.NoError(t, err)
 	defer f.Close()
 
@@ -213,21 +368,21 @@ func TestRLQSFollowsOnStoreFailure(t *testing.T) {
 	for _, route := range []string{"/open", "/closed", "/local"} {
 		ids[route] = map[string]string{"tenant": "t", "route": route}
 	}
-	// strategy names what a bucket holds now: batch (a token bucket that
-	// does not refill), local (one that does), allow or deny.
-	strategy := func(route string) string {
-		s, exp := f.Strategy(ids[route])
+	// kind names what a bucket holds now: a rate (a token bucket), allow
+	// or deny; the local part's rate is kept.
+	var localRate, localBurst float64
+	kind := func(route string) string {
+		s, _ := f.Strategy(ids[route])
 		if s == nil {
 			return "none"
 		}
-		// No assignment lives past its TTL: at most the interval plus as
-		// much again (the first ones assume an interval of 1 s).
-		assert.LessOrEqual(t, time.Until(exp), 2*time.Second)
 		if tb := s.GetTokenBucket(); tb != nil {
-			if tb.GetFillInterval().AsDuration() >= time.Hour {
-				return "batch"
+			rate := float64(tb.GetTokensPerFill().GetValue()) / float64(tb.GetFillInterval().GetSeconds())
+			if route == "/local" && rate < 50 { // limit / N with N = 4 (the gossip floor), not a part of 100/s
+				localRate, localBurst = rate, float64(tb.GetMaxTokens())
+				return "local"
 			}
-			return "local"
+			return "rate"
 		}
 		if s.GetBlanketRule() == typev3.RateLimitStrategy_ALLOW_ALL {
 			return "allow"
@@ -241,26 +396,73 @@ func TestRLQSFollowsOnStoreFailure(t *testing.T) {
 				f.Allow(ids[route], time.Now())
 			}
 			for route, w := range expect {
-				if strategy(route) != w {
+				if kind(route) != w {
 					return false
 				}
 			}
 			return true
-		}, 10*time.Second, 20*time.Millisecond, "%s: want %v, have open=%s closed=%s local=%s", phase, expect, strategy("/open"), strategy("/closed"), strategy("/local"))
+		}, 15*time.Second, 20*time.Millisecond, "%s: want %v, have open=%s closed=%s local=%s", phase, expect, kind("/open"), kind("/closed"), kind("/local"))
 	}
-	healthy := map[string]string{"/open": "batch", "/closed": "batch", "/local": "batch"}
-	failing := map[string]string{"/open": "allow", "/closed": "deny", "/local": "local"}
+	healthy := map[string]string{"/open": "rate", "/closed": "rate", "/local": "rate"}
 	want("healthy", healthy)
 	p.BlackHole(true)
-	want("frozen", failing)
+	want("frozen", map[string]string{"/open": "allow", "/closed": "deny", "/local": "local"})
 	assert.False(t, f.Allow(ids["/closed"], time.Now()), "a closed policy's bucket denies while the store is down")
-	p.Heal()
-	want("healed", healthy)
-	p.Cut()
-	want("killed", failing)
+
+	// Local: 10 s at 1,000/s offered, bounded by the part it was sent.
+	start := time.Now()
+	admitted := &perSecond{start: start}
+	offer(func(now time.Time) bool { return f.Allow(ids["/local"], now) }, 1000, start, start.Add(10*time.Second), admitted)
+	got := float64(admitted.sum(0, 10))
+	t.Logf("local part %.1f/s, burst %.0f: admitted %.0f in 10 s", localRate, localBurst, got)
+	require.Positive(t, localRate)
+	assert.LessOrEqual(t, got, 1.1*localRate*10+localBurst)
+	assert.False(t, math.IsInf(localRate, 0), "a whole-second fill interval")
 	p.Heal()
 	want("restored", healthy)
 	require.NoError(t, f.Err())
+}
+
+// A node with 100 open streams, shut down: the streams end at the
+// drain's start, new ones are refused, and it stops within the drain
+// period plus 1 s.
+func TestRLQSStreamsEndWhenTheNodeDrains(t *testing.T) {
+	t.Parallel()
+	redistest.Require(t)
+	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", Redis: []string{redistest.Server(t).Addr}, PoliciesPath: policyFile(t, rlqsPolicies)})
+	require.NoError(t, err)
+	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	c := rlqsv3.NewRateLimitQuotaServiceClient(conn)
+	var streams []rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient
+	for range 100 {
+		s, err := c.StreamRateLimitQuotas(context.Background())
+		require.NoError(t, err)
+		require.NoError(t, s.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "d", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			{BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"tenant": "t"}}, TimeElapsed: durationpb.New(0)},
+		}}))
+		_, err = s.Recv()
+		require.NoError(t, err)
+		streams = append(streams, s)
+	}
+	const drain = 2 * time.Second
+	start := time.Now()
+	stopped := make(chan error, 1)
+	go func() { stopped <- n.Shutdown(context.Background(), drain, 5*time.Second) }()
+	for _, s := range streams {
+		_, err := s.Recv()
+		assert.Equal(t, codes.Unavailable, status.Code(err))
+	}
+	assert.Less(t, time.Since(start), drain, "every stream ended at the drain's start")
+	s, err := c.StreamRateLimitQuotas(context.Background())
+	if err == nil {
+		_ = s.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "d"})
+		_, err = s.Recv()
+	}
+	assert.Equal(t, codes.Unavailable, status.Code(err), "a new stream is refused while draining")
+	require.NoError(t, <-stopped)
+	assert.Less(t, time.Since(start), drain+time.Second)
 }
 
 // The node lists RLQS by reflection and reports it SERVING by health.

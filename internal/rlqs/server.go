@@ -1,17 +1,28 @@
 // Package rlqs serves Envoy's Rate Limit Quota Service
-// (envoy.service.rate_limit_quota.v3) from the node's leases: a client
-// (Envoy's rate_limit_quota filter, or any RLQS client) reports its usage
-// per bucket on a stream, and each report is answered with an assignment
-// per bucket that the client enforces itself until its next report.
+// (envoy.service.rate_limit_quota.v3): a client (Envoy's rate_limit_quota
+// filter, or any RLQS client) reports its usage per bucket on a stream,
+// and each report is answered with an assignment per bucket that the
+// client enforces itself until its next report.
 //
-// A bucket of a leased policy is assigned a batch: requests taken from
-// this node's lease of the same region bucket that CheckRateLimit and
-// every other node spend (decide.Decider.Reserve), sized to the client's
-// max-min fair part of the limit among this node's clients of the bucket
-// for one reporting interval, and sent as a token bucket that does not
-// refill. The overshoot bound of leasing then holds with the assignment's
-// TTL added to the lease TTL (ARCHITECTURE.md, "RLQS: assignments from
-// leases"). docs/rlqs.md is the user's reference.
+// A bucket of leased policies is assigned a rate: a token bucket whose
+// rate is the client's max-min fair part of every region bucket the
+// bucket spends (decide.Decider.Quota), split among all of that region
+// bucket's consumers on every node (RLQS clients and, as one, the leases
+// of CheckRateLimit) from the demands each node publishes in the region's
+// Redis (lua/part.lua, at most one call per region bucket per node per
+// second). The usage clients report is charged to the same region bucket
+// after the fact. The strategy is sent byte-identical while the part
+// holds, because Envoy keeps its bucket (and its spent tokens) only for an
+// equal strategy, and compares token buckets by max_tokens,
+// tokens_per_fill and fill_interval.nanos alone; intervals and TTLs are
+// whole seconds, which is all Envoy reads of them (internal/testenv/rlqsfilter
+// is a port of Envoy's filter, with the commit it follows).
+//
+// The bound is in ARCHITECTURE.md ("RLQS: rate parts"); docs/rlqs.md is
+// the user's reference.
+//
+// rlqs owns no counter: the region buckets are Redis's, the split's
+// inputs are the ledger's. It never blocks a stream on another.
 package rlqs
 
 import (
@@ -20,6 +31,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,86 +40,93 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/allot-dev/allot/internal/decide"
 	"github.com/allot-dev/allot/policy"
 )
 
-// Reserver takes batches: *decide.Decider.
-type Reserver interface {
-	Reserve(ctx context.Context, r *policy.Request, size func(rate float64) (n, all int64)) (decide.Grant, error)
+// Decider says how a bucket's requests are decided: *decide.Decider.
+type Decider interface {
+	Quota(r *policy.Request) decide.Grant
+	QuotaFailed(g *decide.Grant, cause error) decide.Grant
+	QuotaUsage(key string, admitted, denied int64)
 }
 
 // RPCDomain is the domain of RLQS clients that check by RPC whatever they
-// hold no assignment for (client.WithQuota): a bucket no batch can decide
-// (an exact policy) is abandoned for them, where a client with no other
-// way to decide (Envoy) is told DENY_ALL.
+// hold no assignment for (client.WithQuota): a bucket no client can
+// decide (an exact policy) is abandoned for them, where a client with no
+// other way to decide (Envoy) is told DENY_ALL.
 const RPCDomain = "allot.client"
 
 // Fixed settings (ARCHITECTURE.md, "Fixed settings" gives the reasons).
 const (
 	// DefaultMaxBuckets caps the buckets of one stream (Config.MaxBuckets).
 	DefaultMaxBuckets = 4096
-	// firstInterval is the reporting interval assumed until a stream's
-	// second report of a bucket shows the real one.
-	firstInterval = time.Second
-	// minInterval and maxInterval bound the reporting interval a stream's
-	// reports may claim: the assignment TTL follows it, and with it the
-	// overshoot bound.
-	minInterval = 100 * time.Millisecond
+	// DefaultMaxStreams caps the node's open streams (Config.MaxStreams).
+	DefaultMaxStreams = 2048
+	// firstInterval is the reporting interval assumed until a bucket's
+	// second report shows the real one: Envoy's (5 s at the commit
+	// internal/testenv/rlqsfilter ports, whatever its configuration), so
+	// that its first assignment outlives the wait for its next report.
+	firstInterval = 5 * time.Second
+	// maxInterval bounds the reporting interval a stream's reports may
+	// claim: the assignment TTL follows it, and with it the bound.
 	maxInterval = time.Minute
-	// batchFill is a batch's refill period: one token an hour, so that in
-	// an assignment's TTL (at most maxInterval + 1 s) it never refills a
-	// whole token and the client admits at most the batch.
-	batchFill = time.Hour
-	// growth is how far a batch may exceed the demand a client reported,
-	// so that a rising client is not held to last interval's rate.
-	growth = 1.25
 )
 
 // Event is one bucket's answer, for metrics.
 type Event struct {
-	// Kind is batch, empty (a batch of 0: the bucket had nothing to
-	// give), allow_all, deny_all, local, abandon (an exact policy's
-	// bucket, for an RPCDomain client) or invalid (a bad bucket id).
+	// Kind is rate (a token bucket of the bucket's part), same (the
+	// same strategy again), allow_all, deny_all, local, abandon (an exact
+	// policy's bucket, for an RPCDomain client), overflow (past the
+	// stream's bucket cap: denied) or invalid (a bad bucket id).
 	Kind     string
-	Requests int64 // for batch
+	Rate     float64 // requests/s, for rate and same
 	PolicyID string
 	Degraded bool
 }
 
 // Config configures a Server.
 type Config struct {
-	Reserver Reserver
+	Decider Decider
+	Ledger  Ledger
+	// Node names this node in the region's records of parts: unique
+	// among the region's nodes (the node's advertised address).
+	Node string
 	// Keys maps bucket id keys to check fields: the Envoy RLS face's
 	// mapping (server.DefaultEnvoyKeys), so that one Envoy configuration
 	// names the same fields for both filters.
 	Keys map[string]policy.Field
-	// MaxBuckets caps one stream's buckets; past it the stream ends with
-	// ResourceExhausted. Zero means DefaultMaxBuckets.
+	// MaxBuckets caps one stream's buckets; buckets past it are denied,
+	// and the stream lives. Zero means DefaultMaxBuckets.
 	MaxBuckets int
+	// MaxStreams caps the open streams; past it a new one is refused
+	// ResourceExhausted. Zero means DefaultMaxStreams.
+	MaxStreams int
 	// Observe, if set, is called once per bucket answered.
 	Observe func(ctx context.Context, ev Event)
 	// Tracer makes one span per report; nil makes none.
 	Tracer trace.Tracer
 	// Log receives a line per refused bucket id: give it a rate-limited
-	// logger (the node's per-request one, internal/ratelog), since a
-	// client may send thousands. Nil discards.
+	// logger (the node's per-request one, internal/ratelog). Nil discards.
 	Log *slog.Logger
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
 }
 
 // Server implements rlqsv3.RateLimitQuotaServiceServer.
 type Server struct {
 	rlqsv3.UnimplementedRateLimitQuotaServiceServer
-	cfg  Config
-	subs *subscribers
-	// streams and buckets count what is open now, for metrics.
-	streams, buckets atomic.Int64
+	cfg   Config
+	split *splitter
+	seq   atomic.Uint64
+	// streams and buckets count what is open now, for metrics; refused
+	// counts streams refused at the cap or while draining.
+	streams, buckets, refused atomic.Int64
+	drainOnce                 sync.Once
+	draining                  chan struct{}
 }
 
 // New returns a Server.
@@ -115,28 +134,94 @@ func New(cfg Config) *Server {
 	if cfg.MaxBuckets <= 0 {
 		cfg.MaxBuckets = DefaultMaxBuckets
 	}
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
 	if cfg.Tracer == nil {
 		cfg.Tracer = tracenoop.NewTracerProvider().Tracer("")
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{cfg: cfg, subs: newSubscribers()}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Node == "" {
+		cfg.Node = "node"
+	}
+	return &Server{cfg: cfg, split: newSplitter(cfg.Node, cfg.Ledger), draining: make(chan struct{})}
 }
 
-// Open returns the streams and buckets open now.
-func (s *Server) Open() (streams, buckets int64) { return s.streams.Load(), s.buckets.Load() }
+// Open returns the streams and buckets open now, and the streams refused
+// so far.
+func (s *Server) Open() (streams, buckets, refused int64) {
+	return s.streams.Load(), s.buckets.Load(), s.refused.Load()
+}
 
-// bucket is one bucket id of one stream.
-type bucket struct {
-	id  string
-	req policy.Request
-	bad error // why the id is refused: answered deny-all
-	// demand is the client's offered rate (requests/s) in its last
-	// report; +Inf before one shows it.
-	demand float64
-	seen   bool   // a report of it was answered
-	round  uint64 // batches sent: a batch alternates its fill interval
+// Drain ends every stream (Unavailable: the client reconnects to another
+// node) and refuses new ones: the node is shutting down.
+func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
+
+var errDraining = status.Error(codes.Unavailable, "rlqs: this node is draining; reconnect to another")
+
+// StreamRateLimitQuotas serves one client: each report is answered with
+// an action for each bucket it names, in its order.
+func (s *Server) StreamRateLimitQuotas(ss rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+	select {
+	case <-s.draining:
+		s.refused.Add(1)
+		return errDraining
+	default:
+	}
+	if s.streams.Add(1) > int64(s.cfg.MaxStreams) {
+		s.streams.Add(-1)
+		s.refused.Add(1)
+		return status.Errorf(codes.ResourceExhausted, "rlqs: this node serves %d streams, its most; connect to another node", s.cfg.MaxStreams)
+	}
+	st := &stream{s: s, buckets: map[string]*bucket{}, interval: firstInterval}
+	defer func() {
+		s.streams.Add(-1)
+		s.buckets.Add(-int64(len(st.buckets)))
+		for _, b := range st.buckets {
+			b.leave(s.split)
+		}
+	}()
+	ctx := ss.Context()
+	msgs := make(chan *rlqsv3.RateLimitQuotaUsageReports)
+	errc := make(chan error, 1)
+	go func() { // ends when the stream does (ctx ends as the handler returns)
+		for {
+			msg, err := ss.Recv()
+			if err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case msgs <- msg:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-s.draining:
+			return errDraining
+		case err := <-errc:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case msg := <-msgs:
+			resp, err := st.report(ctx, msg)
+			if err != nil {
+				return err
+			}
+			if err := ss.Send(resp); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // stream is one client's stream.
@@ -144,39 +229,20 @@ type stream struct {
 	s        *Server
 	domain   string
 	buckets  map[string]*bucket
-	interval time.Duration // the client's reporting interval, as its reports show it
+	interval time.Duration // the client's reporting interval, whole seconds
 }
 
-// StreamRateLimitQuotas serves one client: each report is answered with
-// an action for each bucket it names, in its order.
-func (s *Server) StreamRateLimitQuotas(ss rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
-	st := &stream{s: s, buckets: map[string]*bucket{}, interval: firstInterval}
-	s.streams.Add(1)
-	defer func() {
-		s.streams.Add(-1)
-		s.buckets.Add(-int64(len(st.buckets)))
-		for _, b := range st.buckets {
-			s.subs.drop(b.id, b)
-		}
-	}()
-	ctx := ss.Context()
-	for {
-		msg, err := ss.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		resp, err := st.report(ctx, msg)
-		if err != nil {
-			return err
-		}
-		if err := ss.Send(resp); err != nil {
-			return err
-		}
-	}
-}
+// ttl is how long an assignment lives, in whole seconds (Envoy reads
+// assignment_time_to_live.seconds only): the reporting interval and
+// answerWithin more for the next report's answer to arrive. An
+// assignment that expires before the next one arrives puts Envoy on its
+// expired-assignment fallback and then builds a new, full bucket.
+func (st *stream) ttl() time.Duration { return st.interval + answerWithin }
+
+// answerWithin is how late an answer may come: a report waits up to a
+// second for its settlement, and one on a failing store up to the
+// store's call timeout (1 s by default) before the fallback decides.
+const answerWithin = 2 * time.Second
 
 // report answers one usage report.
 func (st *stream) report(ctx context.Context, msg *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimitQuotaResponse, error) {
@@ -194,42 +260,67 @@ func (st *stream) report(ctx context.Context, msg *rlqsv3.RateLimitQuotaUsageRep
 		return nil, status.Errorf(codes.InvalidArgument, "domain: %q after %q; open a new stream for another domain", d, st.domain)
 	}
 	usages := msg.GetBucketQuotaUsages()
-	if len(usages) > s.cfg.MaxBuckets {
-		return nil, status.Errorf(codes.InvalidArgument, "bucket_quota_usages: %d in one report; at most %d", len(usages), s.cfg.MaxBuckets)
+	if len(usages) > maxUsages {
+		return nil, status.Errorf(codes.InvalidArgument, "bucket_quota_usages: %d in one report; at most %d", len(usages), maxUsages)
 	}
+	now := s.cfg.Now()
 	type job struct {
-		b  *bucket
+		b  *bucket // nil: past the cap
 		id *rlqsv3.BucketId
 	}
 	jobs := make([]job, 0, len(usages))
 	named := make(map[*bucket]bool, len(usages))
+	var keys []string
+	var fresh []*consumer // the report's consumers
 	for _, u := range usages {
-		b, err := st.bucket(u.GetBucketId())
-		if err != nil {
+		b := st.bucket(u.GetBucketId())
+		if b == nil {
+			jobs = append(jobs, job{nil, u.GetBucketId()})
+			continue
+		}
+		if err := st.note(b, u, now); err != nil {
 			return nil, err
 		}
-		st.note(b, u)
-		if !named[b] { // a bucket named twice in one report is assigned once
+		if !named[b] { // a bucket named twice in one report is answered once
 			named[b] = true
 			jobs = append(jobs, job{b, u.GetBucketId()})
+			for _, k := range b.grant.Keys {
+				keys = append(keys, k.Key)
+			}
+			for _, c := range b.cons {
+				fresh = append(fresh, c)
+			}
 		}
 	}
-	// A cold bucket's reservation waits for its lease's refill, and the
-	// lease manager joins concurrent refills into shared rounds: the
-	// buckets are reserved side by side, reserveParallel at a time, and
-	// answered in the report's order.
-	actions := make([]*rlqsv3.RateLimitQuotaResponse_BucketAction, len(jobs))
-	var g errgroup.Group
-	g.SetLimit(reserveParallel)
-	for i, j := range jobs {
-		g.Go(func() error {
-			actions[i] = st.assign(ctx, j.b, j.id)
-			return nil
-		})
+	// A report whose buckets are short of their fair parts is settled
+	// again at the key's next settlement (at most a second on), once:
+	// room another consumer freed since is then seen.
+	var states map[string]*keyState
+	for try := 0; try < 2; try++ {
+		if wait := s.split.waitFor(now, fresh, keys); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			}
+			now = now.Add(wait)
+		}
+		states = s.split.settle(ctx, now, keys, fresh)
+		if s.split.waitFor(now, fresh, keys) == 0 {
+			break
+		}
 	}
-	_ = g.Wait() // assign returns no error: a shed round is no action
 	resp := &rlqsv3.RateLimitQuotaResponse{BucketAction: make([]*rlqsv3.RateLimitQuotaResponse_BucketAction, 0, len(jobs))}
-	for _, a := range actions {
+	for _, j := range jobs {
+		var a *rlqsv3.RateLimitQuotaResponse_BucketAction
+		if j.b == nil {
+			st.observe(ctx, Event{Kind: "overflow"})
+			a = blanket(j.id, typev3.RateLimitStrategy_DENY_ALL, st.ttl())
+		} else {
+			a = st.assign(ctx, j.b, j.id, states, now)
+		}
 		if a != nil {
 			resp.BucketAction = append(resp.BucketAction, a)
 		}
@@ -237,145 +328,29 @@ func (st *stream) report(ctx context.Context, msg *rlqsv3.RateLimitQuotaUsageRep
 	return resp, nil
 }
 
-// reserveParallel bounds the reservations one report runs at once.
-const reserveParallel = 64
+// maxUsages bounds one report's buckets.
+const maxUsages = 4 * DefaultMaxBuckets
 
-// bucket finds or makes the stream's bucket for id. A bad id is a bucket
-// too (answered deny-all), so that it counts against the cap.
-func (st *stream) bucket(id *rlqsv3.BucketId) (*bucket, error) {
+// bucket finds or makes the stream's bucket for id; nil past the cap. A
+// bad id is a bucket too (answered deny-all), so that it counts against
+// the cap.
+func (st *stream) bucket(id *rlqsv3.BucketId) *bucket {
 	s := st.s
 	key, req, bad := bucketID(id, s.cfg.Keys)
 	if bad != nil {
 		key = refusedID(id)
 	}
 	if b := st.buckets[key]; b != nil {
-		return b, nil
+		return b
 	}
 	if len(st.buckets) >= s.cfg.MaxBuckets {
-		return nil, status.Errorf(codes.ResourceExhausted, "this stream has %d buckets, the most one stream may hold; open another stream or use fewer bucket ids", len(st.buckets))
+		return nil
 	}
-	b := &bucket{id: key, req: req, bad: bad, demand: math.Inf(1)}
+	b := &bucket{id: key, req: req, bad: bad, demand: math.Inf(1), cons: map[string]*consumer{}}
 	st.buckets[key] = b
 	s.buckets.Add(1)
 	if bad != nil {
 		s.cfg.Log.Warn("rlqs: bucket id refused, answered DENY_ALL", "domain", st.domain, "err", bad)
 	}
-	return b, nil
-}
-
-// note updates b's demand and the stream's interval from a report of it.
-// The first report of a bucket subscribes it (rlqs.proto): what it counts
-// is from before the client had an assignment, so the demand stays
-// unknown until the second.
-func (st *stream) note(b *bucket, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) {
-	if b.bad != nil {
-		return
-	}
-	el := u.GetTimeElapsed()
-	if b.seen && el.IsValid() && el.AsDuration() > 0 {
-		d := el.AsDuration()
-		st.interval = min(max(d, minInterval), maxInterval)
-		n := float64(u.GetNumRequestsAllowed()) + float64(u.GetNumRequestsDenied())
-		b.demand = n / max(d, minInterval).Seconds()
-	}
-	b.seen = true
-	st.s.subs.set(b.id, b, b.demand*growth)
-}
-
-// ttl is how long an assignment lives: the reporting interval, plus as
-// much again (at most a second) for the next report's answer to arrive.
-func (st *stream) ttl() time.Duration { return st.interval + min(st.interval, time.Second) }
-
-// assign answers one bucket; nil if it cannot now (the node shed the
-// round: the client keeps its assignment until its TTL).
-func (st *stream) assign(ctx context.Context, b *bucket, id *rlqsv3.BucketId) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	s := st.s
-	ttl := st.ttl()
-	if b.bad != nil {
-		st.observe(ctx, Event{Kind: "invalid"})
-		return blanket(id, typev3.RateLimitStrategy_DENY_ALL, ttl)
-	}
-	var subscribers int
-	g, err := s.cfg.Reserver.Reserve(ctx, &b.req, func(rate float64) (int64, int64) {
-		part, all := s.subs.part(b.id, b, rate)
-		batch := func(r float64) int64 { return int64(math.Ceil(min(r*st.interval.Seconds(), math.MaxUint32))) }
-		return batch(part), batch(all)
-	})
-	if err != nil {
-		s.cfg.Log.Debug("rlqs: round shed", "err", err)
-		return nil
-	}
-	ev := Event{PolicyID: g.PolicyID, Degraded: g.Degraded}
-	defer func() { st.observe(ctx, ev) }()
-	switch g.Kind {
-	case decide.GrantBatch:
-		if g.Requests <= 0 {
-			ev.Kind = "empty"
-			return blanket(id, typev3.RateLimitStrategy_DENY_ALL, ttl)
-		}
-		ev.Kind, ev.Requests = "batch", g.Requests
-		b.round++
-		// A repeated strategy only extends the TTL of the client's bucket
-		// (rlqs.proto, QuotaAssignmentAction): each batch must differ from
-		// the last to be a fresh one.
-		fill := batchFill + time.Duration(b.round%2)*time.Second
-		return assignment(id, ttl, &typev3.TokenBucket{
-			MaxTokens: uint32(g.Requests), TokensPerFill: wrapperspb.UInt32(1), FillInterval: durationpb.New(fill),
-		})
-	case decide.GrantLocal:
-		ev.Kind = "local"
-		subscribers = s.subs.count(b.id)
-		rate := g.LocalRate / float64(subscribers)
-		burst := g.LocalBurst / int64(subscribers)
-		if rate <= 0 || burst <= 0 {
-			return blanket(id, typev3.RateLimitStrategy_DENY_ALL, ttl)
-		}
-		return assignment(id, ttl, &typev3.TokenBucket{
-			MaxTokens: uint32(min(burst, math.MaxUint32)), TokensPerFill: wrapperspb.UInt32(1),
-			FillInterval: durationpb.New(time.Duration(float64(time.Second) / rate)),
-		})
-	case decide.GrantAllowAll:
-		ev.Kind = "allow_all"
-		return blanket(id, typev3.RateLimitStrategy_ALLOW_ALL, ttl)
-	case decide.GrantDenyAll:
-		if g.Unbatchable && st.domain == RPCDomain {
-			// This client checks by RPC what it holds no assignment for.
-			ev.Kind = "abandon"
-			return &rlqsv3.RateLimitQuotaResponse_BucketAction{
-				BucketId:     id,
-				BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}},
-			}
-		}
-		ev.Kind = "deny_all"
-		return blanket(id, typev3.RateLimitStrategy_DENY_ALL, ttl)
-	default:
-		ev.Kind = "deny_all"
-		return blanket(id, typev3.RateLimitStrategy_DENY_ALL, ttl)
-	}
-}
-
-func (st *stream) observe(ctx context.Context, ev Event) {
-	if f := st.s.cfg.Observe; f != nil {
-		f(ctx, ev)
-	}
-}
-
-func blanket(id *rlqsv3.BucketId, rule typev3.RateLimitStrategy_BlanketRule, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	return action(id, ttl, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}})
-}
-
-func assignment(id *rlqsv3.BucketId, ttl time.Duration, tb *typev3.TokenBucket) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	return action(id, ttl, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: tb}})
-}
-
-func action(id *rlqsv3.BucketId, ttl time.Duration, strategy *typev3.RateLimitStrategy) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	return &rlqsv3.RateLimitQuotaResponse_BucketAction{
-		BucketId: id,
-		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
-			QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
-				AssignmentTimeToLive: durationpb.New(ttl),
-				RateLimitStrategy:    strategy,
-			},
-		},
-	}
+	return b
 }

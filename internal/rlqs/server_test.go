@@ -3,7 +3,6 @@ package rlqs_test
 import (
 	"context"
 	"fmt"
-	"math"
 	"net"
 	"runtime"
 	"strings"
@@ -19,47 +18,74 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/internal/decide"
 	"github.com/allot-dev/allot/internal/rlqs"
 	"github.com/allot-dev/allot/internal/server"
+	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/policy"
+	"github.com/allot-dev/allot/region"
 )
 
-// reserver answers every bucket with grant, and records what size asked
-// for at rate 1,000/s.
-type reserver struct {
-	mu    sync.Mutex
-	grant decide.Grant
-	sizes []int64
-	reqs  []policy.Request
+// decider answers every bucket with grant: by default the parts of one
+// region bucket of 1,000/s per tenant.
+type decider struct {
+	mu     sync.Mutex
+	grant  decide.Grant
+	failed decide.Grant
+	reqs   []policy.Request
+	usage  map[string][2]int64
 }
 
-func (r *reserver) Reserve(_ context.Context, req *policy.Request, size func(float64) (int64, int64)) (decide.Grant, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n, _ := size(1000)
-	r.sizes = append(r.sizes, n)
-	r.reqs = append(r.reqs, *req)
-	g := r.grant
-	if g.Kind == decide.GrantBatch && g.Requests == 0 {
-		g.Requests = n
+func partsOf(rate int64) decide.Grant {
+	return decide.Grant{Kind: decide.GrantParts, Cost: 1, PolicyID: "p"}
+}
+
+func (d *decider) Quota(r *policy.Request) decide.Grant {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.reqs = append(d.reqs, *r)
+	g := d.grant
+	if g.Kind == decide.GrantParts {
+		g.Keys = []decide.QuotaKey{{Key: "rl:{tenant=" + r.Tenant + "}:p:l", Spec: algorithm.Spec{Algorithm: algorithm.TokenBucket, Limit: 1000, Period: time.Second}, Global: true}}
 	}
-	return g, nil
+	return g
 }
 
-func serve(t *testing.T, res rlqs.Reserver, maxBuckets int) rlqsv3.RateLimitQuotaServiceClient {
-	c, _ := serveWith(t, res, maxBuckets)
-	return c
+func (d *decider) QuotaFailed(*decide.Grant, error) decide.Grant { return d.failed }
+
+func (d *decider) QuotaUsage(key string, admitted, denied int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.usage == nil {
+		d.usage = map[string][2]int64{}
+	}
+	u := d.usage[key]
+	d.usage[key] = [2]int64{u[0] + admitted, u[1] + denied}
 }
 
-func serveWith(t *testing.T, res rlqs.Reserver, maxBuckets int) (rlqsv3.RateLimitQuotaServiceClient, *rlqs.Server) {
+// ledger is a region store on its own Redis.
+func ledger(t *testing.T) *region.Store {
+	t.Helper()
+	redistest.Require(t)
+	s, err := region.Open(context.Background(), []string{redistest.Server(t).Addr}, region.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func serve(t *testing.T, cfg rlqs.Config) (rlqsv3.RateLimitQuotaServiceClient, *rlqs.Server) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := grpc.NewServer()
-	rs := rlqs.New(rlqs.Config{Reserver: res, Keys: server.DefaultEnvoyKeys(), MaxBuckets: maxBuckets})
+	if cfg.Keys == nil {
+		cfg.Keys = server.DefaultEnvoyKeys()
+	}
+	rs := rlqs.New(cfg)
 	rlqsv3.RegisterRateLimitQuotaServiceServer(srv, rs)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
@@ -81,39 +107,107 @@ func roundTrip(t *testing.T, s rlqsv3.RateLimitQuotaService_StreamRateLimitQuota
 	return s.Recv()
 }
 
-func TestBatchesFollowDemandAndAreFreshEachRound(t *testing.T) {
-	res := &reserver{grant: decide.Grant{Kind: decide.GrantBatch}}
-	s, err := serve(t, res, 0).StreamRateLimitQuotas(context.Background())
-	require.NoError(t, err)
-	id := map[string]string{"tenant": "acme", "route": "/x"}
+// clock is a settable time for the server's settlement cadence.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
 
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func strategy(t *testing.T, resp *rlqsv3.RateLimitQuotaResponse) (*typev3.RateLimitStrategy, time.Duration) {
+	t.Helper()
+	require.Len(t, resp.BucketAction, 1)
+	qa := resp.BucketAction[0].GetQuotaAssignmentAction()
+	require.NotNil(t, qa)
+	return qa.GetRateLimitStrategy(), qa.GetAssignmentTimeToLive().AsDuration()
+}
+
+// rateOf is a token bucket's rate as Envoy computes it: tokens_per_fill
+// over the whole seconds of fill_interval.
+func rateOf(tb *typev3.TokenBucket) float64 {
+	return float64(tb.GetTokensPerFill().GetValue()) / float64(tb.GetFillInterval().GetSeconds())
+}
+
+// A bucket is assigned a rate in whole seconds; while its part holds the
+// strategy is sent again byte-identical, so Envoy keeps its bucket.
+func TestRateStrategyIsWholeSecondsAndKeptWhileThePartHolds(t *testing.T) {
+	clk := &clock{now: time.Unix(1e6, 0)}
+	c, _ := serve(t, rlqs.Config{Decider: &decider{grant: partsOf(1000)}, Ledger: ledger(t), Now: clk.Now})
+	s, err := c.StreamRateLimitQuotas(context.Background())
+	require.NoError(t, err)
+	id := map[string]string{"tenant": "acme"}
 	resp, err := roundTrip(t, s, "d", report(id, 0, 1, 0))
 	require.NoError(t, err)
-	require.Len(t, resp.BucketAction, 1)
-	first := resp.BucketAction[0].GetQuotaAssignmentAction()
-	assert.Equal(t, 2*time.Second, first.GetAssignmentTimeToLive().AsDuration(), "1 s assumed before the interval is seen, plus 1 s")
-	assert.Equal(t, uint32(1000), first.GetRateLimitStrategy().GetTokenBucket().GetMaxTokens(), "demand unknown: the whole part for one interval")
-	assert.Equal(t, policy.Request{Tenant: "acme", Route: "/x"}, res.reqs[0])
+	first, ttl := strategy(t, resp)
+	tb := first.GetTokenBucket()
+	require.NotNil(t, tb)
+	assert.Equal(t, 6*time.Second, ttl, "Envoy's 5 s interval assumed until a report shows it, plus 1 s")
+	assert.Zero(t, tb.GetFillInterval().GetNanos(), "whole seconds: Envoy divides by ToInt64Seconds")
+	assert.GreaterOrEqual(t, tb.GetFillInterval().GetSeconds(), int64(1))
+	assert.InDelta(t, 1000, rateOf(tb), 10, "a lone consumer's part is the whole rate")
 
-	// 2 s interval, 100 requests offered: 50/s, batches of 50*1.25*2.
-	resp, err = roundTrip(t, s, "", report(id, 2*time.Second, 90, 10))
-	require.NoError(t, err)
-	second := resp.BucketAction[0].GetQuotaAssignmentAction()
-	assert.Equal(t, 3*time.Second, second.GetAssignmentTimeToLive().AsDuration())
-	tb := second.GetRateLimitStrategy().GetTokenBucket()
-	assert.Equal(t, uint32(125), tb.GetMaxTokens())
-	// The same batch again must still be a new strategy (else the client
-	// would only extend the old one's TTL).
-	resp, err = roundTrip(t, s, "", report(id, 2*time.Second, 90, 10))
-	require.NoError(t, err)
-	tb2 := resp.BucketAction[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
-	assert.Equal(t, tb.GetMaxTokens(), tb2.GetMaxTokens())
-	assert.NotEqual(t, tb.GetFillInterval().AsDuration(), tb2.GetFillInterval().AsDuration())
-	for _, b := range []*typev3.TokenBucket{tb, tb2} {
-		// At most one token refills in the longest TTL: the batch is all.
-		assert.GreaterOrEqual(t, b.GetFillInterval().AsDuration(), time.Hour)
-		assert.Equal(t, uint32(1), b.GetTokensPerFill().GetValue())
+	// The client spends about its part each second: the bucket drains
+	// to its rate, then the part holds and the bytes repeat.
+	var prev []byte
+	same := 0
+	for range 8 {
+		clk.add(time.Second)
+		resp, err = roundTrip(t, s, "", report(id, time.Second, 1000, 4000))
+		require.NoError(t, err)
+		st, ttl := strategy(t, resp)
+		assert.Equal(t, 2*time.Second, ttl)
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(st)
+		require.NoError(t, err)
+		if string(b) == string(prev) {
+			same++
+		}
+		prev = b
 	}
+	assert.GreaterOrEqual(t, same, 4, "the strategy repeats byte-identical while the part holds")
+}
+
+// Two nodes split one region bucket by demand through its Redis.
+func TestTwoNodesSplitOneKey(t *testing.T) {
+	l := ledger(t)
+	clk := &clock{now: time.Unix(1e6, 0)}
+	d := &decider{grant: partsOf(1000)}
+	ca, _ := serve(t, rlqs.Config{Decider: d, Ledger: l, Node: "a", Now: clk.Now})
+	cb, _ := serve(t, rlqs.Config{Decider: d, Ledger: l, Node: "b", Now: clk.Now})
+	sa, err := ca.StreamRateLimitQuotas(context.Background())
+	require.NoError(t, err)
+	sb, err := cb.StreamRateLimitQuotas(context.Background())
+	require.NoError(t, err)
+	id := map[string]string{"tenant": "acme"}
+	_, err = roundTrip(t, sa, "d", report(id, 0, 1, 0))
+	require.NoError(t, err)
+	_, err = roundTrip(t, sb, "d", report(id, 0, 1, 0))
+	require.NoError(t, err)
+	var ra, rb float64
+	for range 8 {
+		clk.add(time.Second)
+		// Usage on virtual time would drain the bucket that Redis
+		// refills on its own clock: demand alone.
+		resp, err := roundTrip(t, sa, "", report(id, time.Second, 0, 5000))
+		require.NoError(t, err)
+		st, _ := strategy(t, resp)
+		ra = rateOf(st.GetTokenBucket())
+		resp, err = roundTrip(t, sb, "", report(id, time.Second, 0, 5000))
+		require.NoError(t, err)
+		st, _ = strategy(t, resp)
+		rb = rateOf(st.GetTokenBucket())
+	}
+	t.Logf("parts: %.1f and %.1f", ra, rb)
+	assert.InDelta(t, ra, rb, 0.2*ra, "equal demands, equal parts")
+	// A full bucket gives its burst over the horizon too: 2,000/s.
+	assert.LessOrEqual(t, ra+rb, 2000.0*1.01, "the parts never sum past what the bucket can give")
+	assert.Greater(t, ra+rb, 2000.0*0.9)
+	assert.Equal(t, [2]int64{2, 16 * 5000}, d.usage["rl:{tenant=acme}:p:l"], "a global key's usage is the coordinator's demand")
 }
 
 func TestBlanketAndLocalAnswers(t *testing.T) {
@@ -127,26 +221,39 @@ func TestBlanketAndLocalAnswers(t *testing.T) {
 		{decide.Grant{Kind: decide.GrantDenyAll}, func(t *testing.T, s *typev3.RateLimitStrategy) {
 			assert.Equal(t, typev3.RateLimitStrategy_DENY_ALL, s.GetBlanketRule())
 		}},
-		{decide.Grant{Kind: decide.GrantBatch, Requests: -1}, func(t *testing.T, s *typev3.RateLimitStrategy) {
-			assert.Equal(t, typev3.RateLimitStrategy_DENY_ALL, s.GetBlanketRule(), "an empty batch denies")
-		}},
 		{decide.Grant{Kind: decide.GrantLocal, LocalBurst: 50, LocalRate: 25}, func(t *testing.T, s *typev3.RateLimitStrategy) {
 			tb := s.GetTokenBucket()
 			assert.Equal(t, uint32(50), tb.GetMaxTokens())
-			assert.Equal(t, 40*time.Millisecond, tb.GetFillInterval().AsDuration(), "25/s")
+			assert.Zero(t, tb.GetFillInterval().GetNanos(), "whole seconds, or Envoy's rate is unbounded")
+			assert.InDelta(t, 25, rateOf(tb), 0.25)
 		}},
 	} {
-		s, err := serve(t, &reserver{grant: tc.grant}, 0).StreamRateLimitQuotas(context.Background())
+		c, _ := serve(t, rlqs.Config{Decider: &decider{grant: tc.grant}})
+		s, err := c.StreamRateLimitQuotas(context.Background())
 		require.NoError(t, err)
 		resp, err := roundTrip(t, s, "d", report(map[string]string{"tenant": "a"}, 0, 0, 0))
 		require.NoError(t, err)
-		tc.check(t, resp.BucketAction[0].GetQuotaAssignmentAction().GetRateLimitStrategy())
+		st, _ := strategy(t, resp)
+		tc.check(t, st)
 	}
 }
 
+// A store that fails answers by on_store_failure (the decider's
+// QuotaFailed), here local: a bounded rate in whole seconds.
+func TestStoreFailureAnswersByFallback(t *testing.T) {
+	c, _ := serve(t, rlqs.Config{Decider: &decider{grant: partsOf(1000), failed: decide.Grant{Kind: decide.GrantLocal, LocalBurst: 100, LocalRate: 333}}})
+	s, err := c.StreamRateLimitQuotas(context.Background())
+	require.NoError(t, err)
+	resp, err := roundTrip(t, s, "d", report(map[string]string{"tenant": "a"}, 0, 0, 0))
+	require.NoError(t, err)
+	st, _ := strategy(t, resp)
+	assert.InDelta(t, 333, rateOf(st.GetTokenBucket()), 3.4)
+}
+
 func TestRefusedBucketIDsAreDenied(t *testing.T) {
-	res := &reserver{grant: decide.Grant{Kind: decide.GrantAllowAll}}
-	s, err := serve(t, res, 0).StreamRateLimitQuotas(context.Background())
+	d := &decider{grant: decide.Grant{Kind: decide.GrantAllowAll}}
+	c, _ := serve(t, rlqs.Config{Decider: d})
+	s, err := c.StreamRateLimitQuotas(context.Background())
 	require.NoError(t, err)
 	for _, id := range []map[string]string{
 		{"name": "x"}, // a key that names no field
@@ -157,24 +264,23 @@ func TestRefusedBucketIDsAreDenied(t *testing.T) {
 	} {
 		resp, err := roundTrip(t, s, "d", report(id, 0, 0, 0))
 		require.NoError(t, err, "%v", id)
-		assert.Equal(t, typev3.RateLimitStrategy_DENY_ALL, resp.BucketAction[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule(), "%v", id)
+		st, _ := strategy(t, resp)
+		assert.Equal(t, typev3.RateLimitStrategy_DENY_ALL, st.GetBlanketRule(), "%v", id)
 	}
-	assert.Empty(t, res.reqs, "a refused id is never decided")
+	assert.Empty(t, d.reqs, "a refused id is never decided")
 }
 
 func TestStreamErrors(t *testing.T) {
-	c := serve(t, &reserver{grant: decide.Grant{Kind: decide.GrantAllowAll}}, 3)
-	id := func(i int) map[string]string { return map[string]string{"tenant": string(rune('a' + i))} }
+	c, _ := serve(t, rlqs.Config{Decider: &decider{grant: decide.Grant{Kind: decide.GrantAllowAll}}})
+	id := map[string]string{"tenant": "a"}
 	for _, tc := range []struct {
 		name string
 		msgs [][]*usage
 		dom  []string
-		code codes.Code
 	}{
-		{"no domain", [][]*usage{{report(id(0), 0, 0, 0)}}, []string{""}, codes.InvalidArgument},
-		{"another domain", [][]*usage{{report(id(0), 0, 0, 0)}, {report(id(0), time.Second, 0, 0)}}, []string{"a", "b"}, codes.InvalidArgument},
-		{"too many in one report", [][]*usage{{report(id(0), 0, 0, 0), report(id(1), 0, 0, 0), report(id(2), 0, 0, 0), report(id(3), 0, 0, 0)}}, []string{"a"}, codes.InvalidArgument},
-		{"too many buckets", [][]*usage{{report(id(0), 0, 0, 0), report(id(1), 0, 0, 0)}, {report(id(2), 0, 0, 0)}, {report(id(3), 0, 0, 0)}}, []string{"a", "", ""}, codes.ResourceExhausted},
+		{"no domain", [][]*usage{{report(id, 0, 0, 0)}}, []string{""}},
+		{"another domain", [][]*usage{{report(id, 0, 0, 0)}, {report(id, time.Second, 0, 0)}}, []string{"a", "b"}},
+		{"a reporting interval under 1 s", [][]*usage{{report(id, 0, 1, 0)}, {report(id, 400*time.Millisecond, 1, 0)}, {report(id, 400*time.Millisecond, 1, 0)}}, []string{"a", "", ""}},
 	} {
 		s, err := c.StreamRateLimitQuotas(context.Background())
 		require.NoError(t, err)
@@ -184,134 +290,74 @@ func TestStreamErrors(t *testing.T) {
 				break
 			}
 		}
-		assert.Equal(t, tc.code, status.Code(last), "%s: %v", tc.name, last)
+		assert.Equal(t, codes.InvalidArgument, status.Code(last), "%s: %v", tc.name, last)
 	}
 }
 
-func TestAbsurdUsageIsHarmless(t *testing.T) {
-	res := &reserver{grant: decide.Grant{Kind: decide.GrantBatch}}
-	s, err := serve(t, res, 0).StreamRateLimitQuotas(context.Background())
-	require.NoError(t, err)
-	id := map[string]string{"tenant": "a"}
-	for _, u := range []*usage{
-		report(id, 0, 0, 0),
-		report(id, time.Nanosecond, math.MaxUint64, math.MaxUint64),
-		report(id, 100*time.Hour, 1, 0),
-		{BucketId: &rlqsv3.BucketId{Bucket: id}, TimeElapsed: &durationpb.Duration{Seconds: -5}},
-		{BucketId: &rlqsv3.BucketId{Bucket: id}},
-	} {
-		resp, err := roundTrip(t, s, "d", u)
-		require.NoError(t, err)
-		qa := resp.BucketAction[0].GetQuotaAssignmentAction()
-		assert.LessOrEqual(t, qa.GetAssignmentTimeToLive().AsDuration(), time.Minute+time.Second, "the TTL is bounded whatever the report claims")
-	}
-	for _, n := range res.sizes {
-		assert.LessOrEqual(t, n, int64(1000*61), "no batch beyond the part over the longest interval")
-	}
-}
-
-func TestAStreamThatNeverReadsHoldsOnlyItself(t *testing.T) {
-	c, rs := serveWith(t, &reserver{grant: decide.Grant{Kind: decide.GrantAllowAll}}, 0)
-	ctx, cancel := context.WithCancel(context.Background())
-	bad, err := c.StreamRateLimitQuotas(ctx)
-	require.NoError(t, err)
-	long := map[string]string{"route": strings.Repeat("/x", 400), "tenant": "a"}
-	// Reports whose answers are never read: the server's sends fill the
-	// stream's window and block, then its reads stop, then ours do.
-	sent := make(chan struct{})
-	go func() {
-		defer close(sent)
-		for {
-			if bad.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "d", BucketQuotaUsages: []*usage{report(long, time.Second, 1, 0)}}) != nil {
-				return
-			}
-		}
-	}()
-	// Another stream is served meanwhile.
-	good, err := c.StreamRateLimitQuotas(context.Background())
-	require.NoError(t, err)
-	resp, err := roundTrip(t, good, "d", report(map[string]string{"tenant": "b"}, 0, 0, 0))
-	require.NoError(t, err)
-	assert.Len(t, resp.BucketAction, 1)
-	streams, buckets := rs.Open()
-	assert.Equal(t, int64(2), streams)
-	assert.Equal(t, int64(2), buckets)
-	cancel()
-	<-sent
-	assert.Eventually(t, func() bool { s, _ := rs.Open(); return s == 1 }, 5*time.Second, 10*time.Millisecond, "the blocked stream is freed when its client goes")
-}
-
-// A stream at its cap of buckets, each id at its largest, holds a bounded
-// heap; the next bucket ends it.
-func TestAFullStreamIsBounded(t *testing.T) {
-	c, rs := serveWith(t, &reserver{grant: decide.Grant{Kind: decide.GrantAllowAll}}, 0)
+// One report of 10,000 bucket ids: the stream lives, the buckets past its
+// cap are denied, and the heap stays bounded.
+func TestBucketsPastTheCapAreDeniedAndTheStreamLives(t *testing.T) {
+	c, rs := serve(t, rlqs.Config{Decider: &decider{grant: decide.Grant{Kind: decide.GrantAllowAll}}})
 	s, err := c.StreamRateLimitQuotas(context.Background())
 	require.NoError(t, err)
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	pad := strings.Repeat("x", rlqs.MaxIDBytes-len("tenant")-len("route")-12)
-	const perReport = 512
-	for i := 0; i < rlqs.DefaultMaxBuckets; i += perReport {
-		us := make([]*usage, perReport)
-		for j := range us {
-			us[j] = report(map[string]string{"tenant": fmt.Sprintf("%06d", i+j), "route": pad}, 0, 0, 0)
+	us := make([]*usage, 10000)
+	for i := range us {
+		us[i] = report(map[string]string{"tenant": fmt.Sprintf("%06d", i)}, 0, 1, 0)
+	}
+	resp, err := roundTrip(t, s, "d", us...)
+	require.NoError(t, err)
+	require.Len(t, resp.BucketAction, len(us))
+	for i, a := range resp.BucketAction {
+		want := typev3.RateLimitStrategy_ALLOW_ALL
+		if i >= rlqs.DefaultMaxBuckets {
+			want = typev3.RateLimitStrategy_DENY_ALL
 		}
-		_, err := roundTrip(t, s, "d", us...)
-		require.NoError(t, err)
+		require.Equal(t, want, a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule(), "bucket %d", i)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
-	_, buckets := rs.Open()
-	require.Equal(t, int64(rlqs.DefaultMaxBuckets), buckets)
+	_, buckets, _ := rs.Open()
+	assert.Equal(t, int64(rlqs.DefaultMaxBuckets), buckets)
 	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
-	t.Logf("%d buckets of %d-byte ids: heap grew %.1f MiB", buckets, rlqs.MaxIDBytes, float64(grew)/(1<<20))
+	t.Logf("10,000 ids in one report: heap grew %.1f MiB", float64(grew)/(1<<20))
 	assert.Less(t, grew, int64(16<<20))
-	_, err = roundTrip(t, s, "", report(map[string]string{"tenant": "one-more"}, 0, 0, 0))
-	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
-}
-
-// slowReserver answers after a delay that falls with the tenant's number,
-// so that reservations run side by side finish in reverse order, and
-// counts the most that ran at once.
-type slowReserver struct {
-	mu        sync.Mutex
-	now, most int
-}
-
-func (r *slowReserver) Reserve(_ context.Context, req *policy.Request, size func(float64) (int64, int64)) (decide.Grant, error) {
-	r.mu.Lock()
-	r.now++
-	r.most = max(r.most, r.now)
-	r.mu.Unlock()
-	var i int
-	_, _ = fmt.Sscanf(req.Tenant, "t%d", &i)
-	time.Sleep(time.Duration(200-i) * 50 * time.Microsecond) // the work a reservation does, not a synchronisation
-	r.mu.Lock()
-	r.now--
-	r.mu.Unlock()
-	n, _ := size(1000)
-	return decide.Grant{Kind: decide.GrantBatch, Requests: n + int64(i)}, nil
-}
-
-// A report's buckets are reserved side by side, at most 64 at a time, and
-// answered in the report's order; a bucket named twice is answered once.
-func TestReportReservesSideBySideInOrder(t *testing.T) {
-	res := &slowReserver{}
-	s, err := serve(t, res, 0).StreamRateLimitQuotas(context.Background())
+	// The stream still answers.
+	resp, err = roundTrip(t, s, "", report(map[string]string{"tenant": "000001"}, time.Second, 1, 0))
 	require.NoError(t, err)
-	var us []*usage
-	for i := range 200 {
-		us = append(us, report(map[string]string{"tenant": fmt.Sprintf("t%d", i)}, 0, 1, 0))
+	assert.Len(t, resp.BucketAction, 1)
+}
+
+// Drain ends open streams at once and refuses new ones; past the stream
+// cap a stream is refused.
+func TestDrainAndStreamCap(t *testing.T) {
+	c, rs := serve(t, rlqs.Config{Decider: &decider{grant: decide.Grant{Kind: decide.GrantAllowAll}}, MaxStreams: 2})
+	var ss []rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient
+	for i := range 3 {
+		s, err := c.StreamRateLimitQuotas(context.Background())
+		require.NoError(t, err)
+		_ = s.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "d", BucketQuotaUsages: []*usage{report(map[string]string{"tenant": "a"}, 0, 0, 0)}})
+		_, err = s.Recv()
+		if i == 2 {
+			assert.Equal(t, codes.ResourceExhausted, status.Code(err), "past the cap")
+			break
+		}
+		require.NoError(t, err)
+		ss = append(ss, s)
 	}
-	us = append(us, report(map[string]string{"tenant": "t7"}, 0, 1, 0))
-	resp, err := roundTrip(t, s, "d", us...)
+	rs.Drain()
+	for _, s := range ss[:2] {
+		_, err := s.Recv()
+		assert.Equal(t, codes.Unavailable, status.Code(err), "draining ends the stream")
+	}
+	s, err := c.StreamRateLimitQuotas(context.Background())
 	require.NoError(t, err)
-	require.Len(t, resp.BucketAction, 200, "t7 named twice, answered once")
-	for i, a := range resp.BucketAction {
-		require.Equal(t, fmt.Sprintf("t%d", i), a.GetBucketId().GetBucket()["tenant"], "action %d", i)
-		require.Equal(t, uint32(1000+i), a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket().GetMaxTokens(), "action %d", i)
-	}
-	assert.Greater(t, res.most, 1, "reservations ran side by side")
-	assert.LessOrEqual(t, res.most, 64, "reservations at once")
+	_ = s.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "d", BucketQuotaUsages: []*usage{report(map[string]string{"tenant": "a"}, 0, 0, 0)}})
+	_, err = s.Recv()
+	assert.Equal(t, codes.Unavailable, status.Code(err), "refused while draining")
+	assert.Eventually(t, func() bool { n, _, _ := rs.Open(); return n == 0 }, 5*time.Second, 10*time.Millisecond)
+	_, _, refused := rs.Open()
+	assert.Equal(t, int64(2), refused, "one at the cap, one while draining")
 }

@@ -1,0 +1,351 @@
+package rlqs
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/allot-dev/allot/internal/decide"
+	"github.com/allot-dev/allot/rebalance"
+	"github.com/allot-dev/allot/region"
+)
+
+// Ledger settles this node's parts of region buckets: region.Store.
+type Ledger interface {
+	Settle(ctx context.Context, items []region.Settlement) ([]region.Settled, error)
+}
+
+// Fixed settings of the split (ARCHITECTURE.md, "Fixed settings").
+const (
+	// settleEvery is how often a key is settled at most: one Redis call
+	// per region key per node per second, at most one per reporting
+	// interval (intervals under 1 s are refused).
+	settleEvery = time.Second
+	// minHorizon is the shortest time the bucket's tokens on hand are
+	// spread over (avail = rate + tokens / horizon, lua/part.lua): the
+	// horizon is the longest reporting interval among the key's consumers
+	// here, the time a part is spent for before the next is sent.
+	minHorizon = time.Second
+	// hysteresis is how far a consumer's fair part may move before it is
+	// sent a new strategy: within it the strategy is sent byte-identical,
+	// so Envoy keeps its bucket and the tokens in it.
+	hysteresis = 0.1
+	// floorFraction of the equal split is every live consumer's floor, so
+	// an idle bucket is not denied for being idle.
+	floorFraction = 0.1
+	// growth: a consumer whose leases were short (unmet demand) or whose
+	// demand is unknown asks for the whole rate; one that was served asks
+	// for what it used times growth.
+	growth = 1.25
+)
+
+// consumer is one stream bucket's claim on one region key (tokens/s).
+type consumer struct {
+	seq      uint64        // order of arrival, for a stable order
+	gone     bool          // its stream ended: kept, with no demand, until its part expires
+	demand   float64       // offered rate; +Inf until a report shows it
+	interval time.Duration // its client's reporting interval
+	sent     float64       // the part last sent to the client
+	until    time.Time
+	part     float64 // the part the last settlement granted
+	want     float64 // its fair part at the last settlement
+	ready    bool    // a settlement has granted it a part
+	now      bool    // answered by the report being settled
+}
+
+// held is the part the client may still spend at now.
+func (c *consumer) held(now time.Time) float64 {
+	if now.Before(c.until) {
+		return c.sent
+	}
+	return 0
+}
+
+// keyState is this node's view of one region key with RLQS consumers.
+type keyState struct {
+	key  decide.QuotaKey
+	cons map[*consumer]struct{}
+	// usage and denied are tokens this node's clients reported since the
+	// last settlement (usage is charged then).
+	usage, denied int64
+	last          time.Time // the last settlement; zero: never
+	// view is the last settlement's answer: what the next fair split
+	// starts from.
+	avail      float64
+	others     []float64
+	leaseRate  float64
+	leaseUnmet bool
+	settled    bool
+	err        error         // the last settlement's error
+	inflight   chan struct{} // closed when the settlement under way ends
+}
+
+// splitter holds this node's keys with RLQS consumers.
+type splitter struct {
+	mu     sync.Mutex
+	keys   map[string]*keyState
+	node   string
+	ledger Ledger
+}
+
+var errNoLedger = errors.New("rlqs: this node has no region store to settle parts in")
+
+func newSplitter(node string, l Ledger) *splitter {
+	return &splitter{keys: map[string]*keyState{}, node: node, ledger: l}
+}
+
+// join adds c to key k with its demand (tokens/s) and its client's
+// reporting interval.
+func (s *splitter) join(k decide.QuotaKey, c *consumer, demand float64, interval time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c.demand, c.interval = demand, interval
+	ks := s.keys[k.Key]
+	if ks == nil {
+		ks = &keyState{key: k, cons: map[*consumer]struct{}{}}
+		s.keys[k.Key] = ks
+	}
+	ks.key = k // a reload may have changed the numbers
+	ks.cons[c] = struct{}{}
+}
+
+// leave removes c from key k once its part has expired; until then it
+// stays reserved with no demand (a stream that dies keeps its part until
+// its assignment's TTL ends).
+func (s *splitter) leave(key string, c *consumer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c.demand, c.gone = 0, true
+	if ks := s.keys[key]; ks != nil && c.until.IsZero() {
+		delete(ks.cons, c)
+	}
+}
+
+// use records a report's usage of key (tokens).
+func (s *splitter) use(key string, admitted, denied int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ks := s.keys[key]; ks != nil {
+		ks.usage += admitted
+		ks.denied += denied
+	}
+}
+
+// settle settles every key of keys whose last settlement is settleEvery
+// old, in one pipelined call, and returns the keys' states. Keys whose
+// settlement failed carry the error. answering are the consumers the
+// caller answers with this settlement's parts.
+func (s *splitter) settle(ctx context.Context, now time.Time, keys []string, answering []*consumer) map[string]*keyState {
+	s.mu.Lock()
+	for _, c := range answering {
+		c.now = true
+	}
+	out := make(map[string]*keyState, len(keys))
+	var items []region.Settlement
+	var due []*keyState
+	var order [][]*consumer
+	var others []chan struct{} // settlements under way for another report
+	for _, k := range keys {
+		ks := s.keys[k]
+		if ks == nil || out[k] != nil {
+			continue
+		}
+		out[k] = ks
+		if ks.inflight != nil {
+			others = append(others, ks.inflight)
+			continue
+		}
+		if !ks.last.IsZero() && now.Sub(ks.last) < settleEvery {
+			continue
+		}
+		ks.last = now
+		ks.inflight = make(chan struct{})
+		cs := ks.prune(now)
+		wants := ks.wants(now, cs)
+		// The record (and the bucket) live past the next report of the
+		// slowest consumer, whose answer renews the parts.
+		it := region.Settlement{Key: k, Spec: ks.key.Spec, Node: s.node, Usage: ks.usage, TTL: 3 * settleEvery, Horizon: minHorizon}
+		for i, c := range cs {
+			c.want = wants[i]
+			it.Consumers = append(it.Consumers, region.Consumer{Demand: finite(c.demand, ks.avail), Held: c.held(now), Want: wants[i], Now: c.now})
+			it.TTL = max(it.TTL, c.until.Sub(now)+settleEvery, 2*c.interval+settleEvery)
+			it.Horizon = max(it.Horizon, c.interval)
+		}
+		ks.usage = 0
+		items = append(items, it)
+		due = append(due, ks)
+		order = append(order, cs)
+	}
+	s.mu.Unlock()
+	if len(items) > 0 {
+		var res []region.Settled
+		err := errNoLedger
+		if s.ledger != nil {
+			res, err = s.ledger.Settle(ctx, items)
+		}
+		s.mu.Lock()
+		for i, ks := range due {
+			r := region.Settled{Err: err}
+			if err == nil {
+				r = res[i]
+			}
+			close(ks.inflight)
+			ks.inflight = nil
+			if r.Err != nil {
+				ks.usage += items[i].Usage // charged next time
+				ks.err = r.Err
+				continue
+			}
+			ks.err = nil
+			ks.settled = true
+			ks.avail, ks.others, ks.leaseRate, ks.leaseUnmet = r.Avail, r.Others, r.LeaseRate, r.LeaseUnmet
+			for j, c := range order[i] {
+				c.part, c.ready = r.Parts[j], true
+			}
+		}
+		s.mu.Unlock()
+	}
+	for _, ch := range others {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+	}
+	s.mu.Lock()
+	for _, c := range answering {
+		c.now = false
+	}
+	s.mu.Unlock()
+	return out
+}
+
+// prune drops consumers that left and whose parts expired, and returns
+// the others in a stable order.
+func (ks *keyState) prune(now time.Time) []*consumer {
+	cs := make([]*consumer, 0, len(ks.cons))
+	for c := range ks.cons {
+		if c.gone && !now.Before(c.until) {
+			delete(ks.cons, c)
+			continue
+		}
+		cs = append(cs, c)
+	}
+	// Map order is random; a stable order keeps the split's rounding
+	// and the record's bytes still when nothing moved.
+	slices.SortFunc(cs, func(a, b *consumer) int { return cmp.Compare(a.seq, b.seq) })
+	return cs
+}
+
+// wants is each consumer's fair part of the key's rate (tokens/s) among
+// every consumer the last settlement showed: the other nodes', this
+// node's, and the leases' (as one), split by rebalance.Fair with a floor
+// per consumer; within hysteresis of what a consumer holds, it keeps it.
+func (ks *keyState) wants(now time.Time, cs []*consumer) []float64 {
+	avail := ks.avail
+	if !ks.settled {
+		avail = ks.key.Spec.Rate()
+	}
+	ds := make([]rebalance.Demand, 0, len(ks.others)+len(cs)+1)
+	for _, d := range ks.others {
+		ds = append(ds, rebalance.Demand{Rate: d, Weight: d})
+	}
+	for _, c := range cs {
+		d := finite(c.demand, avail)
+		if c.gone {
+			d = 0
+		}
+		ds = append(ds, rebalance.Demand{Rate: d, Weight: d})
+	}
+	if ks.leaseUnmet || ks.leaseRate > 0 {
+		d := ks.leaseRate * growth
+		if ks.leaseUnmet {
+			d = avail
+		}
+		ds = append(ds, rebalance.Demand{Rate: d, Weight: d})
+	}
+	shares := rebalance.Fair(rebalance.Unit, avail, rebalance.FloorShare(len(ds), floorFraction), ds)
+	out := make([]float64, len(cs))
+	for i, c := range cs {
+		w := shares[len(ks.others)+i].Of(avail)
+		if h := c.held(now); h > 0 && math.Abs(w-h) <= hysteresis*h {
+			w = h
+		}
+		out[i] = w
+	}
+	return out
+}
+
+// finite is d, or all when d is unknown (+Inf) or not a number.
+func finite(d, all float64) float64 {
+	if math.IsInf(d, 0) || math.IsNaN(d) {
+		return max(all, 0)
+	}
+	return max(d, 0)
+}
+
+// count is how many of this node's consumers the first of keys has.
+func (s *splitter) count(keys []decide.QuotaKey) int {
+	if len(keys) == 0 {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ks := s.keys[keys[0].Key]; ks != nil {
+		return len(ks.cons)
+	}
+	return 0
+}
+
+// claim records that cs were sent part (tokens/s) until until.
+func (s *splitter) claim(cs map[string]*consumer, part float64, until time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range cs {
+		c.sent, c.until = part, until
+	}
+}
+
+// part is the smallest of cs's granted parts (tokens/s), or the first
+// settlement error among their keys.
+func (s *splitter) part(cs map[string]*consumer, states map[string]*keyState) (float64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := math.Inf(1)
+	for k, c := range cs {
+		if ks := states[k]; ks != nil && ks.err != nil {
+			return 0, ks.err
+		}
+		p = min(p, c.part)
+	}
+	return p, nil
+}
+
+// waitFor is how long a report naming keys should wait before its
+// settlement, and marks cs as answered by it: a report one of whose
+// consumers cs has no part yet (a new bucket), or a part below its fair
+// one (room may have been freed since), waits for its keys' next
+// settlement, so that it is answered with what is fair rather than with
+// what was left an interval ago, keeping to one settlement per key per
+// settleEvery. Zero when none waits.
+func (s *splitter) waitFor(now time.Time, cs []*consumer, keys []string) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	short := false
+	for _, c := range cs {
+		short = short || !c.ready || c.part < c.want*(1-hysteresis)
+	}
+	if !short {
+		return 0
+	}
+	var wait time.Duration
+	for _, k := range keys {
+		if ks := s.keys[k]; ks != nil && !ks.last.IsZero() {
+			wait = max(wait, ks.last.Add(settleEvery).Sub(now))
+		}
+	}
+	return min(wait, settleEvery)
+}

@@ -1,0 +1,99 @@
+package region_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/allot-dev/allot/lease"
+	"github.com/allot-dev/allot/region"
+)
+
+func settle1(t *testing.T, s *region.Store, it region.Settlement) region.Settled {
+	t.Helper()
+	res, err := s.Settle(context.Background(), []region.Settlement{it})
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	require.NoError(t, res[0].Err)
+	require.Len(t, res[0].Parts, len(it.Consumers))
+	return res[0]
+}
+
+// Two nodes settle one bucket: usage is charged after the fact (into
+// debt, down to -burst), parts only grow into the room every node's held
+// parts leave, and each node reads the other's demands.
+func TestSettleChargesSplitsAndBounds(t *testing.T) {
+	s := single(t)
+	spec := tb(100, time.Hour, 0) // slow refill: numbers stay whole
+	key := "rl:{tenant=a}:p:l"
+	base := region.Settlement{Key: key, Spec: spec, TTL: 10 * time.Second, Horizon: time.Hour}
+	a, b := base, base
+	a.Node, b.Node = "a", "b"
+
+	// a charges 30 and asks for the whole rate for one consumer.
+	a.Usage = 30
+	a.Consumers = []region.Consumer{{Demand: 5, Held: 0, Want: 1}}
+	r := settle1(t, s, a)
+	assert.Equal(t, int64(70), r.Tokens)
+	assert.InDelta(t, 100.0/3600, r.Rate, 1e-12)
+	assert.InDelta(t, 100.0/3600+70.0/3600, r.Avail, 1e-9, "avail = rate + tokens / horizon")
+	assert.InDelta(t, r.Avail, r.Parts[0], 1e-9, "a grows only into the room: everything")
+	assert.Empty(t, r.Others)
+
+	// b wants the same: no room left while a holds its part.
+	b.Consumers = []region.Consumer{{Demand: 7, Held: 0, Want: 1}}
+	r = settle1(t, s, b)
+	assert.InDelta(t, 0, r.Parts[0], 1e-6, "b cannot grow into a's held part (but what refilled since)")
+	assert.Equal(t, []float64{5}, r.Others, "b reads a's demand")
+
+	// a shrinks to half (still held at the old part until sent), then,
+	// holding the half, lets b grow into the rest.
+	half := r.Avail / 2
+	a.Usage = 0
+	a.Consumers = []region.Consumer{{Demand: 5, Held: 0.03, Want: half}}
+	r = settle1(t, s, a)
+	assert.InDelta(t, half, r.Parts[0], 1e-12, "a shrink is granted as asked")
+	assert.Equal(t, []float64{7}, r.Others)
+	a.Consumers = []region.Consumer{{Demand: 5, Held: half, Want: half}}
+	settle1(t, s, a)
+	b.Consumers = []region.Consumer{{Demand: 7, Held: 0, Want: 1}}
+	r = settle1(t, s, b)
+	assert.InDelta(t, r.Avail-half, r.Parts[0], 1e-9, "b grows into what a left")
+
+	// Usage past the tokens runs into debt, at most burst + rate ·
+	// horizon deep (100 + 100/h · 1 h); a bucket in debt grants no lease.
+	b.Usage = 1000
+	r = settle1(t, s, b)
+	assert.Equal(t, int64(-200), r.Tokens)
+	assert.Zero(t, r.Avail, "a bucket in debt has no rate to split over the horizon")
+	l := lease1(t, s, lease.Group{{Key: key, Spec: spec, Need: 0, Want: 10}})
+	assert.Zero(t, l.Items[0].Granted)
+
+	// A node's record expires with its TTL.
+	ttl, err := s.Client().PTTL(context.Background(), region.PartsKey(key)).Result()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, time.Duration(0))
+}
+
+func TestSettleRefusesBadArguments(t *testing.T) {
+	s := single(t)
+	ok := region.Settlement{Key: "rl:{t}:p:l", Spec: tb(10, time.Second, 0), Node: "n", TTL: time.Second, Horizon: time.Second}
+	for name, mod := range map[string]func(*region.Settlement){
+		"negative usage": func(it *region.Settlement) { it.Usage = -1 },
+		"no node":        func(it *region.Settlement) { it.Node = "" },
+		"no TTL":         func(it *region.Settlement) { it.TTL = 0 },
+	} {
+		it := ok
+		mod(&it)
+		_, err := s.Settle(context.Background(), []region.Settlement{it})
+		assert.Error(t, err, name)
+	}
+	it := ok
+	it.Node = "a|b" // the record's separator
+	res, err := s.Settle(context.Background(), []region.Settlement{it})
+	require.NoError(t, err)
+	assert.ErrorContains(t, res[0].Err, "allot:")
+}
