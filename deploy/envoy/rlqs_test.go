@@ -1,6 +1,7 @@
 package envoy_test
 
 import (
+	"context"
 	"maps"
 	"os"
 	"slices"
@@ -16,9 +17,13 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/allot-dev/allot/internal/node"
 	"github.com/allot-dev/allot/internal/server"
+	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/internal/testenv/rlqsfilter"
 )
 
@@ -57,7 +62,10 @@ func TestRLQSExampleDecodesStrictly(t *testing.T) {
 		// The overshoot bound counts on expired assignments not being
 		// reused.
 		assert.Equal(t, typev3.RateLimitStrategy_DENY_ALL, s.GetExpiredAssignmentBehavior().GetFallbackRateLimit().GetBlanketRule())
-		assert.Equal(t, time.Second, s.GetReportingInterval().AsDuration())
+		assert.Positive(t, s.GetExpiredAssignmentBehavior().GetExpiredAssignmentBehaviorTimeout().GetSeconds(), "without a timeout the fallback ends at once")
+		ri := s.GetReportingInterval()
+		assert.Zero(t, ri.GetNanos(), "whole seconds")
+		assert.GreaterOrEqual(t, ri.GetSeconds(), int64(1))
 	}
 }
 
@@ -67,7 +75,7 @@ func TestRLQSExampleCheckCanFail(t *testing.T) {
 	for name, edit := range map[string][2]string{
 		"misspelt bucket settings field": {"reporting_interval:", "reporting_intervall:"},
 		"unknown input type":             {"HttpRequestHeaderMatchInput\n", "HttpRequestHeaderMatchInputt\n"},
-		"validation rule inside an Any":  {"reporting_interval: 1s", "reporting_interval: 0s"},
+		"validation rule inside an Any":  {"reporting_interval: 5s", "reporting_interval: 0s"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			bad := strings.Replace(string(y), edit[0], edit[1], 1)
@@ -139,4 +147,63 @@ func TestRLQSExampleThroughTheEmulator(t *testing.T) {
 		assert.Nil(t, b.Action)
 		t.Logf("matcher %d: expired assignments fall back for %v, then no_assignment_behavior (first request allowed: %v)", i, timeout, noAssign)
 	}
+}
+
+// TestRLQSExampleEnforcesOnANode runs rlqs.yaml's filter (the port of
+// Envoy's code) against a node serving policies.yaml: a tenant's two
+// methods are two buckets of one per-tenant region bucket, and share its
+// rate.
+func TestRLQSExampleEnforcesOnANode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("6 s of load")
+	}
+	redistest.Require(t)
+	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", Redis: []string{redistest.Server(t).Addr}, PoliciesPath: "policies.yaml"})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })
+	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	y, err := os.ReadFile("rlqs.yaml")
+	require.NoError(t, err)
+	fc, _ := rlqsSettings(t, y)
+	cfg, err := rlqsfilter.FromFilterConfig(fc, 0)
+	require.NoError(t, err)
+	f, err := rlqsfilter.Start(context.Background(), conn, cfg)
+	require.NoError(t, err)
+	t.Cleanup(f.Close)
+	var ids []rlqsfilter.BucketID
+	for _, method := range []string{"GET", "POST"} {
+		id, err := rlqsfilter.BucketIDFor(cfg.Settings, map[string]string{"x-tenant-id": "t1", ":method": method})
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	// 200/s offered on each method for 6 s against the free tier's
+	// 50/s (burst 100).
+	const run = 6 * time.Second
+	start := time.Now()
+	admitted := make([]int, len(ids))
+	sent := 0
+	for now := time.Now(); now.Before(start.Add(run)); now = time.Now() {
+		for due := int(400 * now.Sub(start).Seconds()); sent < due; sent++ {
+			if f.Allow(ids[sent%2], now) {
+				admitted[sent%2]++
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	total := admitted[0] + admitted[1]
+	// The bound (docs/rlqs.md): b + r·(T + TTL + A + I + 0.1 s).
+	bound := 100 + 50*(run.Seconds()+2+7+5+0.1)
+	t.Logf("GET %d, POST %d: %d of the tenant's ideal %.0f, bound %.0f", admitted[0], admitted[1], total, 100+50*run.Seconds(), bound)
+	assert.Positive(t, admitted[0])
+	assert.Positive(t, admitted[1])
+	assert.LessOrEqual(t, float64(total), bound)
+	for _, id := range ids {
+		s, _ := f.Strategy(id)
+		require.NotNil(t, s.GetTokenBucket(), "a leased policy's bucket is assigned a rate")
+		assert.LessOrEqual(t, float64(s.GetTokenBucket().GetTokensPerFill().GetValue())/float64(s.GetTokenBucket().GetFillInterval().GetSeconds()), 100.0,
+			"the two methods share the tenant's rate (over the horizon: 50/s + its burst of 100 / 5 s at most)")
+	}
+	require.NoError(t, f.Err())
 }
