@@ -250,6 +250,13 @@ type Config struct {
 	// Report.Measured: requests due before it are sent and counted in the
 	// totals and the series (and fed to the ideal) but not measured.
 	Warmup time.Duration
+	// MinMeasured, in closed loop, keeps the run going past Duration
+	// until this many measured requests (due from Warmup on) have been
+	// answered or have failed, so that a run whose first answers came
+	// late (a starved machine, a slow first connection) still measures
+	// something instead of ending empty. ctx still stops it, and each
+	// request is bounded by Timeout. 0 ends at Duration.
+	MinMeasured int64
 
 	// Conns is the number of gRPC connections per target. Default 1.
 	Conns int
@@ -318,6 +325,9 @@ func (c *Config) validate() error {
 		if err := checkIdeal(c.Ideal); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if c.MinMeasured < 0 || (c.MinMeasured > 0 && c.Rate > 0) {
+		errs = append(errs, fmt.Errorf("min measured %d: want >= 0, and 0 in open loop (its requests are due at fixed times)", c.MinMeasured))
 	}
 	if c.Warmup < 0 || (c.Duration > 0 && c.Warmup >= c.Duration) {
 		errs = append(errs, fmt.Errorf("warm-up %v: want >= 0 and less than the duration %v", c.Warmup, c.Duration))

@@ -127,7 +127,17 @@ type recorder struct {
 	warmup        time.Duration
 	measured      [numOutcomes]atomic.Int64
 	measuredIdeal atomic.Int64
-	measuredLat   hist // 3 digits
+	measuredLat   hist         // 3 digits
+	measuredN     atomic.Int64 // measured requests recorded
+}
+
+// measuredDone is how many requests of the measured part were answered
+// or failed so far (every request when there is no warm-up).
+func (r *recorder) measuredDone() int64 {
+	if r.warmup <= 0 {
+		return r.done.Load()
+	}
+	return r.measuredN.Load()
 }
 
 func newRecorder(start time.Time, cfg *Config, regions int) *recorder {
@@ -187,6 +197,9 @@ func (r *recorder) record(region int, at time.Duration, due, sent, end time.Time
 	storeMin(&r.firstAns, int64(end.Sub(r.start)))
 	storeMax(&r.last, int64(end.Sub(r.start)))
 	r.done.Add(1)
+	if warm {
+		r.measuredN.Add(1)
+	}
 }
 
 // noteSend advances lastSend to s and keeps the longest step it made.

@@ -215,7 +215,7 @@ func (g *gen) closedLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		now := time.Now()
 		at := now.Sub(g.start)
-		if at >= g.cfg.Duration {
+		if at >= g.cfg.Duration && g.rec.measuredDone() >= g.cfg.MinMeasured {
 			return
 		}
 		i, ok := g.claim()

@@ -419,6 +419,42 @@ func TestLatencyCountsFromDueTime(t *testing.T) {
 	}
 }
 
+// MinMeasured outlasts late first answers: each worker's first call
+// takes the whole run (a server whose first answers come late), so by
+// Duration nothing due after the warm-up was sent; the run goes on until
+// one measured request is answered instead of ending with none.
+func TestMinMeasuredOutlastsLateFirstAnswers(t *testing.T) {
+	const workers, d = 2, 200 * time.Millisecond
+	var calls atomic.Int64
+	rep, err := loadgen.Run(t.Context(), loadgen.Config{
+		Targets:     []loadgen.Target{{Region: "fake"}},
+		Concurrency: workers, Duration: d, Warmup: d / 2, MinMeasured: 1,
+		Dial: func(loadgen.Target) (loadgen.Checker, error) {
+			return checkFunc(func(ctx context.Context, _ *ratelimitv1.RateLimitRequest) (ratelimitv1.RateLimitResponse_Decision, error) {
+				if calls.Add(1) <= workers {
+					// The simulated slow start of the server, not synchronisation.
+					select {
+					case <-time.After(d):
+					case <-ctx.Done():
+					}
+				}
+				return ratelimitv1.RateLimitResponse_ALLOWED, nil
+			}), nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := rep.Measured
+	if m.Sent < 1 || m.Allowed != m.Sent || m.Latency.Count < 1 || m.Span <= 0 || rep.Stop != loadgen.StoppedDuration {
+		t.Fatalf("measured %d sent, %d allowed, %d latencies over %v, stop %s; want at least one answered, stopped by duration",
+			m.Sent, m.Allowed, m.Latency.Count, m.Span, rep.Stop)
+	}
+	if rep.Total.Sent != calls.Load() {
+		t.Fatalf("report counts %d sent, the server %d", rep.Total.Sent, calls.Load())
+	}
+}
+
 func countBelow(rep *loadgen.Report, d time.Duration) int64 {
 	var n int64
 	for _, b := range rep.Histogram.Distribution() {
@@ -438,6 +474,8 @@ func TestBadConfigIsRejected(t *testing.T) {
 		"shift without split": {Targets: []loadgen.Target{{Region: "a", Addr: "127.0.0.1:1"}}, Duration: time.Second, Keys: loadgen.Keys{Count: 1}, ShiftAt: time.Second},
 		"warm-up too long":    {Targets: []loadgen.Target{{Region: "a", Addr: "127.0.0.1:1"}}, Duration: time.Second, Warmup: time.Second},
 		"negative warm-up":    {Targets: []loadgen.Target{{Region: "a", Addr: "127.0.0.1:1"}}, Duration: time.Second, Warmup: -time.Second},
+		"min measured open":   {Targets: []loadgen.Target{{Region: "a", Addr: "127.0.0.1:1"}}, Duration: time.Second, Rate: 10, MinMeasured: 1},
+		"negative min":        {Targets: []loadgen.Target{{Region: "a", Addr: "127.0.0.1:1"}}, Duration: time.Second, MinMeasured: -1},
 	} {
 		if _, err := loadgen.Run(t.Context(), cfg); err == nil {
 			t.Errorf("%s: accepted", name)

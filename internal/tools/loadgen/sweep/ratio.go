@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/internal/testenv/redisproc"
-	"github.com/allot-dev/allot/internal/tools/loadgen"
 )
 
 // Ratio modes: what the node is compared with the no-op server on.
@@ -243,7 +242,7 @@ func Ratio(ctx context.Context, cfg RatioConfig) (pairs []Pair, err error) {
 	defer noop.stop()
 
 	run := func(addr string, d time.Duration) (float64, error) {
-		rep, err := loadgen.Run(ctx, closedLoop(addr, c.Keys, cfg.Concurrency, 0, d, cfg.Timeout, cfg.Conns))
+		rep, err := measure(ctx, closedLoop(addr, c.Keys, cfg.Concurrency, 0, d, cfg.Timeout, cfg.Conns))
 		if err == nil {
 			err = ctx.Err()
 		}

@@ -414,7 +414,7 @@ func (r *runner) noopRow(ctx context.Context, level int) (Row, error) {
 		return Row{}, err
 	}
 	defer p.stop()
-	rep, err := loadgen.Run(ctx, r.load(addr, Uniform10k, level))
+	rep, err := measure(ctx, r.load(addr, Uniform10k, level))
 	if err != nil {
 		return Row{}, err
 	}
@@ -456,6 +456,12 @@ func (r *runner) nodeRow(ctx context.Context, c Case, level int, pause time.Dura
 	if c.Limit.CompareIdeal {
 		cfg.Ideal = &algorithm.Spec{Algorithm: algorithm.TokenBucket, Limit: c.Limit.Rate, Period: time.Second, Burst: c.Limit.Burst}
 	}
+	// Connected and answered before the watch's warm-up and the pauses
+	// start, so that they keep time with the generator's (measure).
+	client, err := dialReady(ctx, n.grpcAddr, cfg.Conns, cfg.Timeout)
+	if err != nil {
+		return Row{}, err
+	}
 	w := &watch{r: r, n: n}
 	wctx, stopWatch := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -464,7 +470,7 @@ func (r *runner) nodeRow(ctx context.Context, c Case, level int, pause time.Dura
 	if pause > 0 {
 		wg.Go(func() { ps = pauseEvery(wctx, n.proc, r.cfg.Warmup, r.cfg.PauseEvery, pause) })
 	}
-	rep, err := loadgen.Run(ctx, cfg)
+	rep, err := runOn(ctx, cfg, client)
 	stopWatch()
 	wg.Wait()
 	if err != nil {
