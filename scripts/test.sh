@@ -11,12 +11,59 @@
 # the way out; services already running when it began are reused and left
 # running.
 #
+# go's output streams as usual and is also kept in a log under
+# ${TMPDIR:-/tmp}; when a step fails, the last lines name the failing
+# tests and packages, the machine's load average (a loaded machine is
+# said to be one: a starved test fails on time, not on logic) and where
+# that log is. A run that passes removes it.
+#
 # ALLOT_TEST_PLAN_ONLY=1: print what it would install, touch nothing.
+# ALLOT_TEST_SUMMARY=LOG: print the failure summary of a go test log
+# (what a failing run prints last), touch nothing.
 # ALLOT_TEST_SETUP_ONLY=1: install and start what the tests need, print
 # the PostgreSQL URL, then stop what it started; run no test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN=local
+
+# summarize prints what failed in a go test log (stdin): each failing
+# test with its package, each failing package (a build failure or a
+# timeout included), then the machine's load and the log's path ($1).
+summarize() {
+  awk '
+    /^panic: test timed out after/ { timeout = 1; next }
+    timeout && /^running tests:/ { running = 1; next }
+    running && /^\t+Test/ { sub(/^\t+/, ""); tests[++n] = $1 " (still running at the timeout)"; next }
+    { running = 0 }
+    /^ *--- FAIL: / { t = $0; sub(/^ *--- FAIL: /, "", t); tests[++n] = t; next }
+    /^(ok|FAIL|\?) *\t/ {
+      if ($1 == "FAIL" && $2 != "") {
+        pkg = $2; extra = ($3 ~ /^\[/) ? " " $3 " " $4 : ""
+        pkgs = pkgs "  " pkg extra (timeout ? " (timed out)" : "") "\n"
+        for (i = 1; i <= n; i++) named = named "  " tests[i] "  [" pkg "]\n"
+      }
+      n = 0; timeout = 0
+    }
+    END {
+      if (named != "") printf "failing tests:\n%s", named
+      if (pkgs != "") printf "failing packages:\n%s", pkgs
+      if (named == "" && pkgs == "") print "no failing test named in the output: see the log"
+    }'
+  local cpus l1 l5 l15 rest
+  cpus=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+  if read -r l1 l5 l15 rest </proc/loadavg 2>/dev/null; then
+    if awk -v a="$l1" -v b="$l5" -v c="$cpus" 'BEGIN { exit !(a > c || b > c) }'; then
+      echo "load average $l1 $l5 $l15 on $cpus CPUs: the machine was loaded, more runnable work than CPUs; a test that failed on a deadline or a wall-clock window may have been starved rather than wrong: rerun it alone"
+    else
+      echo "load average $l1 $l5 $l15 on $cpus CPUs: not loaded"
+    fi
+  fi
+  echo "full log: $1"
+}
+if [ -n "${ALLOT_TEST_SUMMARY:-}" ]; then
+  summarize "$ALLOT_TEST_SUMMARY" <"$ALLOT_TEST_SUMMARY"
+  exit 0
+fi
 
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
@@ -41,6 +88,9 @@ fail_log() { echo "--- $1 failed; its output:" >&2; cat "$setup_log" >&2; }
 pg_before=()   # clusters online before the script touched PostgreSQL
 pg_touched=    # set once start_postgres began
 redis_by_apt=  # set when installing redis-server started one on port 6379
+test_log=      # go's output, kept when a step fails
+test_log_part= # the failing step's part of it
+failed_step=   # the step that failed, for the summary
 cleanup() {
   local rc=$?
   set +e
@@ -58,6 +108,16 @@ cleanup() {
       echo "could not stop the redis-server apt started on port 6379" >&2
   fi
   rm -f "$setup_log"
+  if [ -n "$test_log" ] && [ "$rc" = 0 ]; then
+    rm -f "$test_log"
+  elif [ -n "$failed_step" ]; then
+    # Last, so that it is what a reader sees.
+    echo "--- make test FAILED in $failed_step (exit $rc)"
+    summarize "$test_log" <"$test_log_part"
+  elif [ -n "$test_log" ]; then
+    echo "--- make test stopped (exit $rc); go's output so far: $test_log"
+  fi
+  [ -z "$test_log_part" ] || rm -f "$test_log_part"
   exit "$rc"
 }
 trap cleanup EXIT
@@ -184,8 +244,23 @@ fi
 # downloading" line for each on a fresh machine.
 { go mod download && (cd deploy/check && go mod download); } >>"$setup_log" 2>&1 ||
   { fail_log "go mod download"; exit 1; }
-go vet ./...
-go test $race -count=1 -timeout 10m ./...
+test_log=$(mktemp "${TMPDIR:-/tmp}/allot-test-$(date +%Y%m%d-%H%M%S).XXXXXX.log")
+test_log_part=$(mktemp "${TMPDIR:-/tmp}/allot-test-step.XXXXXX")
+# step NAME DIR CMD...: runs CMD in DIR, its output shown as it comes
+# and added to the log; a failure ends the script (the summary is
+# printed on the way out).
+step() {
+  local name=$1 dir=$2 rc=0
+  shift 2
+  (cd "$dir" && "$@") 2>&1 | tee "$test_log_part" || rc=$?
+  cat "$test_log_part" >>"$test_log"
+  if [ "$rc" != 0 ]; then
+    failed_step=$name
+    exit "$rc"
+  fi
+}
+step "go vet" . go vet ./...
+step "go test" . go test $race -count=1 -timeout 10m ./...
 # Deploy checks (deploy/check, a module of its own so that k8s.io/api,
 # the OpenTelemetry Collector and the pinned Helm and promtool stay out of
 # the main module's build): the Helm chart rendered and strictly decoded,
@@ -193,7 +268,8 @@ go test $race -count=1 -timeout 10m ./...
 # exports, traces received by a real OTLP receiver. docs/deploy.md.
 # About 30 s with a warm build cache; with an empty one about 10 min on
 # two cores, most of it building the pinned Helm and promtool once.
-(cd deploy/check && go vet ./... && go test $race -count=1 -timeout 15m ./...)
+step "go vet (deploy/check)" deploy/check go vet ./...
+step "go test (deploy/check)" deploy/check go test $race -count=1 -timeout 15m ./...
 # The chaos suite against the 3-region sandbox (about 1.5 min): a system
 # test, run without -race so its latency figures mean something.
-go test -tags chaos -count=1 -timeout 10m ./internal/tools/chaos/
+step "the chaos suite" . go test -tags chaos -count=1 -timeout 10m ./internal/tools/chaos/
