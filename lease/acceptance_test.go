@@ -231,7 +231,7 @@ func TestCrashAndExpiryLoseAtMostOneGrant(t *testing.T) {
 			used++
 		}
 	}
-	require.Eventually(t, func() bool { return a.m.Stats().Calls > 0 }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return a.m.Stats().Calls > 0 }, 10*time.Second, time.Millisecond)
 	time.Sleep(20 * time.Millisecond) // let a watermark refill in flight land; its grant is part of the loss
 	require.NoError(t, a.m.Close(ctx))
 	granted := hashInt(t, st, key, "granted")

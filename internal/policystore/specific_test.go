@@ -38,12 +38,12 @@ func TestFileStoreSeesHandEditsAndRewritesReadably(t *testing.T) {
 	require.NoError(t, os.Chmod(path, 0o640))
 	s := openURL(t, "file:"+path)
 	got := watch(t, s)
-	eventually(t, 2*time.Second, func() bool { snap, ok := got.last(); return ok && len(snap.File.Policies) == 1 }, "initial file")
+	eventually(t, deliveryBound, func() bool { snap, ok := got.last(); return ok && len(snap.File.Policies) == 1 }, "initial file")
 
 	// An edit by hand (not atomic, same inode) is seen.
 	edited := strings.Replace(handWritten, "limit: 5", "limit: 6", 1)
 	require.NoError(t, os.WriteFile(path, []byte(edited), 0o640))
-	eventually(t, time.Second, func() bool {
+	eventually(t, deliveryBound, func() bool {
 		snap, _ := got.last()
 		return snap.File.Policies[0].Limits[0].Limit == 6
 	}, "hand edit")
@@ -51,7 +51,7 @@ func TestFileStoreSeesHandEditsAndRewritesReadably(t *testing.T) {
 	// A file that does not parse is delivered as a problem, and writes
 	// through the store refuse to overwrite it.
 	require.NoError(t, os.WriteFile(path, []byte("policies: [\n"), 0o640))
-	eventually(t, time.Second, func() bool { snap, _ := got.last(); return len(snap.Problems) == 1 }, "parse problem")
+	eventually(t, deliveryBound, func() bool { snap, _ := got.last(); return len(snap.Problems) == 1 }, "parse problem")
 	_, err := s.Put(context.Background(), pol("x", 1), policystore.AnyVersion)
 	require.Error(t, err)
 
@@ -77,7 +77,7 @@ func TestFileStoreSeesHandEditsAndRewritesReadably(t *testing.T) {
 	assert.Equal(t, int64(6), f.Policies[0].Limits[0].Limit, "hand edit kept")
 	assert.Equal(t, "x", f.Policies[1].ID, "file order kept, new policy appended")
 	assert.Equal(t, "free", f.DefaultTier)
-	eventually(t, time.Second, func() bool { snap, _ := got.last(); return len(snap.File.Policies) == 2 && snap.Problems == nil }, "own write")
+	eventually(t, deliveryBound, func() bool { snap, _ := got.last(); return len(snap.File.Policies) == 2 && snap.Problems == nil }, "own write")
 
 	// History holds the hand-edited version too.
 	hist, err := s.History(context.Background(), "free")
@@ -143,7 +143,7 @@ func TestPostgresPushesPlainSQLChanges(t *testing.T) {
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, `UPDATE allot_policies SET body = jsonb_set(body, '{limits,0,limit}', '9') WHERE id = 'p1'`)
 	require.NoError(t, err)
-	eventually(t, time.Second, func() bool {
+	eventually(t, deliveryBound, func() bool {
 		snap, _ := slowGot.last()
 		return len(snap.File.Policies) == 1 && snap.File.Policies[0].Limits[0].Limit == 9
 	}, "the SQL change, pushed")
@@ -157,7 +157,7 @@ func TestPostgresPushesPlainSQLChanges(t *testing.T) {
 	// A body that does not decode is a problem, not a silent omission.
 	_, err = conn.Exec(ctx, `INSERT INTO allot_policies (id, body) VALUES ('junk', '{"limitz": 1}')`)
 	require.NoError(t, err)
-	eventually(t, time.Second, func() bool { snap, _ := slowGot.last(); return len(snap.Problems) == 1 }, "problem pushed")
+	eventually(t, deliveryBound, func() bool { snap, _ := slowGot.last(); return len(snap.Problems) == 1 }, "problem pushed")
 	snap, _ := slowGot.last()
 	assert.Equal(t, "junk", snap.Problems[0].Policy)
 }
@@ -186,7 +186,7 @@ func TestReloaderKeepsLastKnownGoodSet(t *testing.T) {
 	bad := strings.Replace(handWritten, "limit: 5", "limit: 0", 1)
 	bad = strings.Replace(bad, "algorithm: token_bucket", "algorithm: leaky", 1)
 	require.NoError(t, os.WriteFile(path, []byte(bad), 0o600))
-	eventually(t, time.Second, func() bool { return r.Status().Err != nil }, "rejection")
+	eventually(t, deliveryBound, func() bool { return r.Status().Err != nil }, "rejection")
 	var ve *policy.ValidationError
 	require.ErrorAs(t, r.Status().Err, &ve)
 	assert.Len(t, ve.Problems, 2)
@@ -197,7 +197,7 @@ func TestReloaderKeepsLastKnownGoodSet(t *testing.T) {
 
 	good := strings.Replace(handWritten, "limit: 5", "limit: 7", 1)
 	require.NoError(t, os.WriteFile(path, []byte(good), 0o600))
-	eventually(t, time.Second, func() bool { return tg.set.Load() != initial }, "the good set")
+	eventually(t, deliveryBound, func() bool { return tg.set.Load() != initial }, "the good set")
 	assert.NoError(t, r.Status().Err)
 	req := policy.Request{Tenant: "t"}
 	set := tg.set.Load()

@@ -183,6 +183,12 @@ func watch(t *testing.T, s policystore.Store) *snapshots {
 	return got
 }
 
+// deliveryBound is how long a test waits for a change to reach a
+// watcher: a bound for a loaded 2-core machine, where a poll or a push
+// can wait its turn for a CPU for a while, not the latency promised
+// (about one poll interval; the tests log what they saw).
+const deliveryBound = 10 * time.Second
+
 // eventually polls cond every 10 ms until it holds or within passes.
 func eventually(t *testing.T, within time.Duration, cond func() bool, msg string) {
 	t.Helper()
@@ -195,7 +201,7 @@ func eventually(t *testing.T, within time.Duration, cond func() bool, msg string
 	}
 }
 
-func TestWatchPushesChangesWithinASecond(t *testing.T) {
+func TestWatchPushesChanges(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s policystore.Store) {
 		ctx := context.Background()
 		_, err := s.Put(ctx, pol("first", 1), policystore.NotExist)
@@ -209,14 +215,14 @@ func TestWatchPushesChangesWithinASecond(t *testing.T) {
 		start := time.Now()
 		_, err = s.Put(ctx, pol("second", 2), policystore.NotExist)
 		require.NoError(t, err)
-		eventually(t, time.Second, func() bool {
+		eventually(t, deliveryBound, func() bool {
 			snap, _ := got.last()
 			return len(snap.File.Policies) == 2
 		}, "the change")
 		t.Logf("change seen after %v", time.Since(start))
 
 		require.NoError(t, s.Delete(ctx, "first", policystore.AnyVersion))
-		eventually(t, time.Second, func() bool {
+		eventually(t, deliveryBound, func() bool {
 			snap, _ := got.last()
 			return len(snap.File.Policies) == 1 && snap.File.Policies[0].ID == "second"
 		}, "the deletion")
