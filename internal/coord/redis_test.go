@@ -105,7 +105,7 @@ func TestRedisLockElectsOneAndHandsOver(t *testing.T) {
 	}
 	// a stops renewing: b gets it after the TTL.
 	// Redis expires the key: polled, since Redis cannot notify it.
-	require.Eventually(t, func() bool { ok, _ := b.Hold(ctx); return ok }, 2*time.Second, 5*time.Millisecond, "b takes over after the TTL")
+	require.Eventually(t, func() bool { ok, _ := b.Hold(ctx); return ok }, 10*time.Second, 5*time.Millisecond, "b takes over after the TTL")
 	if ok, _ := a.Hold(ctx); ok {
 		t.Fatal("a re-took b's lock")
 	}
