@@ -80,6 +80,10 @@ type Config struct {
 	// Track is how many of the hottest keys have their admissions binned
 	// finely enough to check the overshoot bound on every window.
 	Track int
+
+	// sources are the scripts' texts (nil: Sources()); tests change them
+	// to run mutants.
+	sources map[string]string
 }
 
 // Crash kills a node at At as a crash would (lease.Manager.Abort: its

@@ -108,7 +108,7 @@ func (c *coordinator) pump() {
 			def := rebalance.Default(len(s.regions))
 			shares := map[string]rebalance.Share{}
 			for _, key := range rd.ShareKeys {
-				shares[key] = c.reg.store.shareOf(keyIndex(key), def)
+				shares[key] = c.reg.store.shareOf(s.now/1000, keyIndex(key), s.global, def)
 			}
 			c.m.Step(coord.SharesRead{Shares: shares})
 		}
@@ -119,9 +119,8 @@ func (c *coordinator) pump() {
 			there := int64(s.cfg.RedisRTT / 2)
 			s.q.push(s.now+there, func() {
 				for _, u := range us {
-					k := keyIndex(u.Key)
-					c.reg.store.share(s.now/1000, k, u)
-					s.met.shareSum(s, k)
+					c.reg.store.share(s.now/1000, u)
+					s.met.shareSum(s, keyIndex(u.Key))
 				}
 				s.q.push(s.now+int64(s.cfg.RedisRTT)-there, func() { c.step(coord.SharesWritten{}) })
 			})

@@ -5,8 +5,6 @@ import (
 	"math"
 	"sort"
 	"time"
-
-	"github.com/allot-dev/allot/rebalance"
 )
 
 // binNs is the resolution of the overshoot check: the tracked keys'
@@ -96,15 +94,14 @@ func (m *metrics) decided(r, k int, now int64, allowed bool) {
 	}
 }
 
-// shareSum notes the sum of key k's shares in force over the regions
-// (Theorem 1: never past L).
+// shareSum notes the sum over the regions of the rates key k's buckets
+// enforce, over L's (Theorem 1: never past 1).
 func (m *metrics) shareSum(s *Sim, k int) {
-	def := rebalance.Default(len(s.regions))
 	var sum float64
 	for _, reg := range s.regions {
-		sum += float64(reg.store.shareOf(k, def))
+		sum += reg.store.rate(s.now/1000, k, s.nodeSpec.Rate())
 	}
-	m.maxShares = max(m.maxShares, sum/float64(rebalance.Unit))
+	m.maxShares = max(m.maxShares, sum/m.rate)
 }
 
 // overshoot is the worst window's admissions over the documented bound

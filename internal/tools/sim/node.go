@@ -163,7 +163,7 @@ func (nd *node) exact(k int) {
 	s.met.exactCalls++
 	there := int64(s.cfg.RedisRTT / 2)
 	s.q.push(s.now+there, func() {
-		ok := nd.reg.store.check(s.now/1000, k, s.nodeSpec)
+		ok := nd.reg.store.check(s.now/1000, keyFn(string(s.subjects[k])), s.nodeSpec)
 		s.q.push(s.now+int64(s.cfg.RedisRTT)-there, func() {
 			if !nd.alive {
 				s.met.decided(nd.reg.idx, k, s.now, false)
@@ -205,12 +205,9 @@ func (src source) Lease(_ context.Context, groups []lease.Group) ([]lease.Reply,
 	if c == nil || c.nd != nd {
 		panic("sim: a lease call outside its node's refill coroutine")
 	}
-	keys := make([][]int, len(groups))
-	for gi, g := range groups {
-		keys[gi] = make([]int, len(g))
-		for i, it := range g {
-			keys[gi][i] = keyIndex(it.Key)
-			c.keys = append(c.keys, keys[gi][i])
+	for _, g := range groups {
+		for _, it := range g {
+			c.keys = append(c.keys, keyIndex(it.Key))
 		}
 	}
 	nd.inflight = append(nd.inflight, c)
@@ -223,7 +220,7 @@ func (src source) Lease(_ context.Context, groups []lease.Group) ([]lease.Reply,
 		// stranded, as a crashed node's would be.
 		replies := make([]lease.Reply, len(groups))
 		for gi, g := range groups {
-			replies[gi] = st.lease(s.now/1000, keys[gi], g)
+			replies[gi] = st.lease(s.now/1000, g)
 		}
 		s.q.push(s.now+back, func() {
 			if c.failed {
@@ -247,7 +244,7 @@ func (src source) Lease(_ context.Context, groups []lease.Group) ([]lease.Reply,
 func (src source) Return(_ context.Context, items []lease.ReturnItem) (int64, error) {
 	var n int64
 	for _, it := range items {
-		n += src.nd.reg.store.giveBack(src.nd.s.now/1000, keyIndex(it.Key), it)
+		n += src.nd.reg.store.giveBack(src.nd.s.now/1000, it)
 	}
 	return n, nil
 }

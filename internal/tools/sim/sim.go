@@ -91,6 +91,14 @@ func build(c Config) (*Sim, error) {
 	for k := range s.subjects {
 		s.subjects[k] = []byte(subject(k))
 	}
+	src := c.sources
+	if src == nil {
+		src = Sources()
+	}
+	em, err := newRedisEm(src)
+	if err != nil {
+		return nil, err
+	}
 	keep := time.Duration(0)
 	for _, f := range c.Failovers {
 		keep = max(keep, f.Loss)
@@ -98,7 +106,7 @@ func build(c Config) (*Sim, error) {
 	s.nodeSpec = spec.Share(c.Regions)
 	for r := range c.Regions {
 		s.regions = append(s.regions, &region{
-			idx: r, name: RegionName(r), store: newStore(c.Keys, len(c.Failovers) > 0, keep), demand: map[string]float64{},
+			idx: r, name: RegionName(r), store: newStore(em, c.Keys, len(c.Failovers) > 0, keep), demand: map[string]float64{},
 		})
 	}
 	for _, reg := range s.regions {

@@ -1,8 +1,10 @@
 package sim
 
 import (
+	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/allot-dev/allot/algorithm"
@@ -11,39 +13,33 @@ import (
 	"github.com/allot-dev/allot/rebalance"
 )
 
-// store is one region's Redis: the token buckets of lease.lua, return.lua
-// and share.lua, with their maths (common.lua's refill, tb_rate, the
-// share override), one bucket per key. Bucket TTLs are not modelled: an
-// expired bucket comes back full, as one idle that long would be, and
-// shares are rewritten every interval, within their hour's TTL.
+// store is one region's Redis: a hash per key, changed only by the
+// project's scripts (lease.lua, return.lua, share.lua, check_tb.lua) run
+// by the emulator (redis.go), bucket TTLs included. Its methods lay out
+// KEYS and ARGV as package region and coord.RedisWriter send them and read
+// the replies as they do; none of them computes a bucket.
 type store struct {
-	b []bucket
+	em *redisEm
+	h  []hash
 	// journal holds each write's previous value for failovers that lose
 	// the last writes (nil when the scenario has none).
 	journal []undo
 	keep    int64 // µs of journal kept
 	pruneAt int
-}
-
-// bucket is a region bucket's hash: tokens at ts (µs), and the
-// coordinator's share, rate and burst when one was written.
-type bucket struct {
-	tokens float64
-	ts     int64
-	valid  bool // tokens and ts exist
-	share  rebalance.Share
-	rate   float64 // 0: no share written, the policy's numbers apply
-	burst  float64
+	// The last key slot looked up, as the scripts name one key many times.
+	lastKey string
+	lastIdx int
 }
 
 type undo struct {
-	at   int64
+	at   int64 // µs
+	call int64 // the script call that wrote (one entry per key and call)
 	key  int
-	prev bucket
+	prev hash
 }
 
-func newStore(keys int, journal bool, keep time.Duration) *store {
-	s := &store{b: make([]bucket, keys)}
+func newStore(em *redisEm, keys int, journal bool, keep time.Duration) *store {
+	s := &store{em: em, h: make([]hash, keys), lastIdx: -1}
 	if journal {
 		s.keep = keep.Microseconds()
 		s.journal = []undo{}
@@ -51,138 +47,166 @@ func newStore(keys int, journal bool, keep time.Duration) *store {
 	return s
 }
 
-func (s *store) write(now int64, k int, b bucket) {
-	if s.journal != nil {
-		s.journal = append(s.journal, undo{at: now, key: k, prev: s.b[k]})
-		// Forget what no failover can lose any more, when the journal has
-		// doubled since the last time (amortised O(1) per write).
-		if len(s.journal) >= s.pruneAt {
-			cut := sort.Search(len(s.journal), func(i int) bool { return s.journal[i].at >= now-s.keep })
-			s.journal = append(s.journal[:0], s.journal[cut:]...)
-			s.pruneAt = max(4096, 2*len(s.journal))
+// slot implements keyspace.
+func (s *store) slot(key string, write bool) *hash {
+	if s.lastIdx < 0 || key != s.lastKey {
+		s.lastKey, s.lastIdx = key, keyIndex(key)
+	}
+	k := s.lastIdx
+	if write && s.journal != nil {
+		n := len(s.journal)
+		if n == 0 || s.journal[n-1].key != k || s.journal[n-1].call != s.em.calls {
+			now := s.em.nowUs - timeBase
+			s.journal = append(s.journal, undo{at: now, call: s.em.calls, key: k, prev: s.h[k]})
+			// Forget what no failover can lose any more, when the journal
+			// has doubled since the last time (amortised O(1) per write).
+			if len(s.journal) >= s.pruneAt {
+				cut := sort.Search(len(s.journal), func(i int) bool { return s.journal[i].at >= now-s.keep })
+				s.journal = append(s.journal[:0], s.journal[cut:]...)
+				s.pruneAt = max(4096, 2*len(s.journal))
+			}
 		}
 	}
-	s.b[k] = b
+	return &s.h[k]
 }
 
 // failover undoes every write of the last loss µs (the replica promoted
 // had not received them) and returns the keys undone, latest first.
 func (s *store) failover(now, loss int64) (undone []int) {
 	for i := len(s.journal) - 1; i >= 0 && s.journal[i].at > now-loss; i-- {
-		s.b[s.journal[i].key] = s.journal[i].prev
+		s.h[s.journal[i].key] = s.journal[i].prev
 		undone = append(undone, s.journal[i].key)
 		s.journal = s.journal[:i]
 	}
 	return undone
 }
 
-// numbers are the bucket's effective rate and burst: the share's when one
-// was written (lease.lua: "a coordinator share overrides").
-func (b *bucket) numbers(spec algorithm.Spec) (rate, burst float64) {
-	rate, burst = spec.Rate(), float64(spec.Capacity())
-	if b.rate > 0 {
-		rate = b.rate
-	}
-	if b.burst > 0 {
-		burst = b.burst
-	}
-	return rate, burst
+func (s *store) eval(sc script, now int64, keys, argv []string) any {
+	return s.em.eval(s, sc, now, keys, argv)
 }
 
-// refilled is common.lua's refill at now; a missing bucket is full.
-func (b bucket) refilled(now int64, rate, burst float64) bucket {
-	if !b.valid {
-		b.tokens, b.ts, b.valid = burst, now, true
-		return b
-	}
-	elapsed := max(now-b.ts, 0)
-	b.tokens = math.Min(burst, b.tokens+float64(elapsed)*rate/1e6)
-	b.ts = max(b.ts, now)
-	return b
-}
+// itoa is an integer argument as go-redis sends it.
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// lease is lease.lua for one group: all-or-nothing on need, each item
-// granted min(want, floor(tokens)).
-func (s *store) lease(now int64, keys []int, g lease.Group) lease.Reply {
-	r := lease.Reply{Granted: true, Items: make([]lease.Grant, len(g))}
-	next := make([]bucket, len(g))
+// lease is lease.lua for one group, with region.Store.Lease's arguments
+// and reading of the reply.
+func (s *store) lease(now int64, g lease.Group) lease.Reply {
+	keys := make([]string, len(g))
+	argv := make([]string, 0, 5*len(g))
 	for i, it := range g {
-		rate, burst := s.b[keys[i]].numbers(it.Spec)
-		b := s.b[keys[i]].refilled(now, rate, burst)
-		next[i] = b
-		r.Items[i] = lease.Grant{Burst: int64(math.Floor(burst)), Rate: rate}
-		switch {
-		case float64(it.Need) > burst:
-			r.Granted, r.Items[i].RetryAfter = false, algorithm.Never
-		case b.tokens < float64(it.Need):
-			r.Granted = false
-			r.Items[i].RetryAfter = time.Duration(math.Ceil((float64(it.Need)-b.tokens)/rate*1e6)) * time.Microsecond
-		}
+		keys[i] = it.Key
+		argv = append(argv, itoa(it.Spec.Limit), itoa(it.Spec.Period.Milliseconds()), itoa(it.Spec.Capacity()), itoa(it.Need), itoa(it.Want))
 	}
-	for i, it := range g {
-		b := next[i]
-		if r.Granted {
-			n := min(it.Want, int64(math.Floor(b.tokens)))
-			b.tokens -= float64(n)
-			r.Items[i].Granted = n
-			s.write(now, keys[i], b)
-		}
-		r.Items[i].Left = int64(math.Floor(b.tokens))
+	rep := s.eval(scriptLease, now, keys, argv)
+	r, err := parseLease(rep, len(g))
+	if err != nil {
+		return lease.Reply{Err: fmt.Errorf("sim: lease %s: %w", g[0].Key, err)}
 	}
 	return r
 }
 
-// check is check.lua's token bucket for one token: allowed when the
-// bucket holds it, which it then takes; a denial changes nothing.
-func (s *store) check(now int64, k int, spec algorithm.Spec) bool {
-	rate, burst := s.b[k].numbers(spec)
-	b := s.b[k].refilled(now, rate, burst)
-	if b.tokens < 1 {
-		return false
+func parseLease(rep any, n int) (lease.Reply, error) {
+	if e, ok := rep.(replyError); ok {
+		return lease.Reply{}, e
 	}
-	b.tokens--
-	s.write(now, k, b)
-	return true
+	vals, ok := rep.([]any)
+	if !ok || len(vals) != 1+5*n {
+		return lease.Reply{}, fmt.Errorf("lease.lua returned %v for %d keys", rep, n)
+	}
+	ints := func(v []any) ([4]int64, bool) {
+		var out [4]int64
+		for j := range out {
+			x, ok := v[j].(int64)
+			if !ok {
+				return out, false
+			}
+			out[j] = x
+		}
+		return out, true
+	}
+	r := lease.Reply{Granted: vals[0] == int64(1), Items: make([]lease.Grant, n)}
+	for i := range n {
+		v := vals[1+5*i:]
+		x, ok := ints(v)
+		rs, isStr := v[4].(string)
+		if !ok || !isStr {
+			return lease.Reply{}, fmt.Errorf("lease.lua: bad reply %v", v[:5])
+		}
+		rate, err := strconv.ParseFloat(rs, 64)
+		if err != nil {
+			return lease.Reply{}, fmt.Errorf("lease.lua: rate: %w", err)
+		}
+		retry := algorithm.Never
+		if x[2] >= 0 {
+			retry = time.Duration(x[2]) * time.Microsecond
+		}
+		r.Items[i] = lease.Grant{Granted: x[0], Left: x[1], RetryAfter: retry, Burst: x[3], Rate: rate}
+	}
+	return r, nil
 }
 
-// giveBack is return.lua for one item: credit max(0, unspent - rate·age),
-// capped at the burst; a missing bucket is full already.
-func (s *store) giveBack(now int64, k int, it lease.ReturnItem) int64 {
-	b := s.b[k]
-	if !b.valid {
-		return 0
+// check is check_tb.lua in check.lua's layout (a node's lone check) for
+// one token of key: whether it was admitted.
+func (s *store) check(now int64, key string, spec algorithm.Spec) bool {
+	rep := s.eval(scriptCheckTB, now, []string{key},
+		[]string{spec.Algorithm.Code(), itoa(spec.Limit), itoa(spec.Period.Milliseconds()), itoa(spec.Capacity()), "1"})
+	vals, ok := rep.([]any)
+	if !ok || len(vals) != 4 {
+		panic(fmt.Sprintf("sim: check_tb.lua on %s returned %v", key, rep))
 	}
-	rate, burst := b.numbers(it.Spec)
-	b = b.refilled(now, rate, burst)
-	credit := math.Max(0, float64(it.Unspent)-rate*it.Age.Seconds())
-	before := b.tokens
-	b.tokens = math.Min(burst, b.tokens+credit)
-	s.write(now, k, b)
-	return int64(b.tokens - before)
+	return vals[0] == int64(1)
 }
 
-// share is share.lua: refill at the old numbers up to now, cap at the new
-// burst, store the new numbers.
-func (s *store) share(now int64, k int, u coord.ShareUpdate) {
-	b := s.b[k]
-	oldRate, oldBurst := u.Old.Rate, u.Old.Burst
-	if b.rate > 0 {
-		oldRate, oldBurst = b.rate, b.burst
+// giveBack is return.lua for one item: the whole tokens credited.
+func (s *store) giveBack(now int64, it lease.ReturnItem) int64 {
+	rep := s.eval(scriptReturn, now, []string{it.Key},
+		[]string{itoa(it.Spec.Limit), itoa(it.Spec.Period.Milliseconds()), itoa(it.Spec.Capacity()), itoa(it.Unspent), itoa(it.Age.Microseconds())})
+	n, ok := rep.(int64)
+	if !ok {
+		panic(fmt.Sprintf("sim: return.lua on %s returned %v", it.Key, rep))
 	}
-	rate, burst := u.Share.Of(u.Global.Rate), u.Share.Of(u.Global.Burst)
-	if b.valid {
-		b = b.refilled(now, oldRate, oldBurst)
-		b.tokens = math.Min(b.tokens, burst)
-	}
-	b.share, b.rate, b.burst = u.Share, rate, burst
-	s.write(now, k, b)
+	return n
 }
 
-// shareOf is the share in force (RedisWriter.ReadShares: from the stored
-// rate), def when none was written.
-func (s *store) shareOf(k int, def rebalance.Share) rebalance.Share {
-	if s.b[k].rate <= 0 {
+// ftoa is a float argument as coord.RedisWriter sends it.
+func ftoa(v float64) string { return strconv.FormatFloat(v, 'g', 17, 64) }
+
+// share is share.lua with coord.RedisWriter.WriteShares's arguments.
+func (s *store) share(now int64, u coord.ShareUpdate) {
+	rep := s.eval(scriptShare, now, []string{u.Key}, []string{
+		ftoa(u.Share.Of(u.Global.Rate)), ftoa(u.Share.Of(u.Global.Burst)),
+		ftoa(u.Old.Rate), ftoa(u.Old.Burst), itoa(u.TTL.Milliseconds()),
+	})
+	if rep != int64(1) {
+		panic(fmt.Sprintf("sim: share.lua on %s returned %v", u.Key, rep))
+	}
+}
+
+// field is key k's field f at now (µs), as HGET reads it: absent when the
+// key has expired.
+func (s *store) field(now int64, k, f int) (float64, bool) {
+	h := &s.h[k]
+	if h.has&(1<<f) == 0 || h.exp != 0 && (timeBase+now)/1000 > s.em.baseMs+int64(h.exp)-1 {
+		return 0, false
+	}
+	return h.v[f], true
+}
+
+// shareOf is the share in force as coord.RedisWriter.ReadShares reads it
+// (HGET rate, rounded up to a Share), def when none was written.
+func (s *store) shareOf(now int64, k int, global coord.Limit, def rebalance.Share) rebalance.Share {
+	v, ok := s.field(now, k, fRate)
+	if !ok || global.Rate <= 0 {
 		return def
 	}
-	return s.b[k].share
+	return rebalance.Share(min(math.Ceil(v/global.Rate*float64(rebalance.Unit)), float64(rebalance.Unit)))
+}
+
+// rate is the rate key k's bucket enforces at now: a written share's, or
+// the node's policy numbers (lease.lua's fallback).
+func (s *store) rate(now int64, k int, policy float64) float64 {
+	if v, ok := s.field(now, k, fRate); ok && v > 0 {
+		return v
+	}
+	return policy
 }
