@@ -54,7 +54,6 @@ func run(args []string) error {
 	fs.DurationVar(&c.RegionLatency, "region-latency", c.RegionLatency, "one-way latency between regions")
 	fs.DurationVar(&c.Arrival, "arrival-tick", c.Arrival, "arrivals are generated on this tick")
 	fs.DurationVar(&c.Phase, "phase", c.Phase, "the run starts this far past an epoch boundary")
-	fs.IntVar(&c.Track, "track", c.Track, "hottest keys whose every window is checked against the bound")
 	crash := fs.String("crash", "", "node crashes, region/node@time,... e.g. 0/3@2m")
 	part := fs.String("partition", "", "region partitions, region@from-to,... e.g. 1@60s-120s")
 	fail := fs.String("failover", "", "Redis failovers losing writes, region@time:loss,... e.g. 0@90s:500ms")

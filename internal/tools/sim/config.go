@@ -77,10 +77,6 @@ type Config struct {
 	// CoordFailovers crash a region's coordinator; a new one takes over.
 	CoordFailovers []CoordFailover
 
-	// Track is how many of the hottest keys have their admissions binned
-	// finely enough to check the overshoot bound on every window.
-	Track int
-
 	// sources are the scripts' texts (nil: Sources()); tests change them
 	// to run mutants.
 	sources map[string]string
@@ -123,7 +119,7 @@ func Default() Config {
 		Seed: 1, Duration: time.Minute, Regions: 3, Nodes: 2, Keys: 1, Dist: "zipf", ZipfS: 1.1, HotFrac: 1,
 		Rate: 3000, Limit: 300, TTL: 2 * time.Second, TargetPeriod: time.Second, Interval: k.Interval,
 		Headroom: k.Headroom, Gather: k.Gather, DemandPeriod: time.Second, RedisRTT: time.Millisecond,
-		RegionLatency: 40 * time.Millisecond, Arrival: time.Millisecond, Track: 8,
+		RegionLatency: 40 * time.Millisecond, Arrival: time.Millisecond,
 	}
 }
 

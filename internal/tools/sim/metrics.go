@@ -7,14 +7,6 @@ import (
 	"time"
 )
 
-// binNs is the resolution of the overshoot check: the tracked keys'
-// admissions are counted per bin, and windows are whole runs of bins.
-const binNs = int64(10 * time.Millisecond)
-
-// windowBins are the window lengths checked against the bound, in bins:
-// 10 ms, 100 ms, 1 s, 10 s.
-var windowBins = []int{1, 10, 100, 1000}
-
 // metrics counts what the fleet admitted next to an ideal global bucket
 // fed the same arrivals.
 type metrics struct {
@@ -24,8 +16,10 @@ type metrics struct {
 	// Key 0, the hottest, per region and second, and its ideal.
 	hotOffered, hotAdmitted [][]int64
 	hotIdeal                []int64
-	// tracked[k][bin]: admissions of key k (< Config.Track), all regions.
-	tracked [][]int32
+	bound                   boundCheck
+	// outside counts admissions outside the bound's assumptions
+	// (on_store_failure open or local), which the check leaves out.
+	outside int64
 	// The ideal bucket of every key: tokens at ts (ns).
 	idealTok []float64
 	idealTs  []int64
@@ -48,10 +42,7 @@ func newMetrics(c *Config, rate, burst float64) *metrics {
 		m.hotOffered = append(m.hotOffered, make([]int64, slots))
 		m.hotAdmitted = append(m.hotAdmitted, make([]int64, slots))
 	}
-	bins := int(int64(c.Duration)/binNs) + 1
-	for range min(c.Track, c.Keys) {
-		m.tracked = append(m.tracked, make([]int32, bins))
-	}
+	m.bound = newBoundCheck(c.Keys, rate, burst, c.TTL)
 	for k := range m.idealTok {
 		m.idealTok[k] = burst
 	}
@@ -79,18 +70,39 @@ func (m *metrics) arrived(r, k int, now int64) {
 	}
 }
 
+// verdict is the fleet's answer to a request.
+type verdict uint8
+
+const (
+	refused verdict = iota
+	allowed
+	// allowedOutside is an admission outside the bound's assumptions:
+	// on_store_failure open or local (no store fails in the simulation
+	// yet).
+	allowedOutside
+)
+
+func verdictOf(ok bool) verdict {
+	if ok {
+		return allowed
+	}
+	return refused
+}
+
 // decided counts the fleet's answer to a request.
-func (m *metrics) decided(r, k int, now int64, allowed bool) {
-	if !allowed {
+func (m *metrics) decided(r, k int, now int64, v verdict) {
+	switch v {
+	case refused:
 		return
+	case allowedOutside:
+		m.outside++
+	case allowed:
+		m.bound.admit(k, now, 1)
 	}
 	slot := now / int64(time.Second)
 	m.admitted[slot]++
 	if k == 0 {
 		m.hotAdmitted[r][slot]++
-	}
-	if k < len(m.tracked) {
-		m.tracked[k][now/binNs]++
 	}
 }
 
@@ -104,37 +116,50 @@ func (m *metrics) shareSum(s *Sim, k int) {
 	m.maxShares = max(m.maxShares, sum/m.rate)
 }
 
-// overshoot is the worst window's admissions over the documented bound
-// (ARCHITECTURE.md, Theorem 2: L.burst + L.rate·(T + TTL + tick)), as a
-// fraction of the bound, over the tracked keys and windowBins. A run of
-// w bins spans at most w·binNs, so its count is what some window of that
-// length admitted: a positive result is a real violation.
-func (m *metrics) overshoot(ttl time.Duration) (worst float64, where string) {
-	worst = math.Inf(-1)
-	for k, bins := range m.tracked {
-		for _, w := range windowBins {
-			if w > len(bins) {
-				continue
-			}
-			t := time.Duration(int64(w) * binNs)
-			bound := m.burst + m.rate*(t+ttl+time.Millisecond).Seconds()
-			var sum int64
-			for i, n := range bins {
-				sum += int64(n)
-				if i >= w {
-					sum -= int64(bins[i-w])
-				}
-				if i < w-1 {
-					continue
-				}
-				if f := (float64(sum) - bound) / bound; f > worst {
-					worst = f
-					where = fmt.Sprintf("key %d, %v window ending %.2fs: %d admitted, bound %.0f", k, t, float64(int64(i+1)*binNs)/1e9, sum, bound)
-				}
-			}
-		}
+// boundCheck checks ARCHITECTURE.md's Theorem 2 on every key and every
+// window at once: a window of length T may admit L.burst + L.rate·(T +
+// TTL + δ). As the bound is linear in T, a window breaks it exactly when
+// its admissions less L.rate·T exceed fixed = L.burst + L.rate·(TTL + δ),
+// and the largest such difference over the windows ending at an
+// admission follows from the last one's: x ← max(x − r·dt, 0) + cost (the
+// best window either extends the previous best or starts anew). 24 bytes
+// per key.
+type boundCheck struct {
+	x        []float64 // the best window's admissions less r·T, at its end
+	at, from []int64   // its end (the key's last admission) and start, ns
+	rate     float64   // L.rate per ns
+	fixed    float64
+	worst    float64 // the largest (admitted − bound)/bound of a best window
+	where    string
+	admitted int // keys admitted at least once
+}
+
+// boundDelta is the δ of the bound: the arrival tick, as before.
+const boundDelta = time.Millisecond
+
+func newBoundCheck(keys int, rate, burst float64, ttl time.Duration) boundCheck {
+	return boundCheck{
+		x: make([]float64, keys), at: make([]int64, keys), from: make([]int64, keys),
+		rate: rate / 1e9, fixed: burst + rate*(ttl+boundDelta).Seconds(), worst: math.Inf(-1),
 	}
-	return worst, where
+}
+
+func (b *boundCheck) admit(k int, now int64, cost float64) {
+	if b.x[k] == 0 {
+		b.admitted++ // x > 0 from the first admission on
+	}
+	x := b.x[k] - b.rate*float64(now-b.at[k])
+	if x <= 0 {
+		x, b.from[k] = 0, now
+	}
+	x += cost
+	b.x[k], b.at[k] = x, now
+	t := float64(now - b.from[k])
+	bound := b.fixed + b.rate*t
+	if f := (x - b.fixed) / bound; f > b.worst {
+		b.worst = f
+		b.where = fmt.Sprintf("key %d, %.3fs window ending %.3fs: %.0f admitted, bound %.0f", k, t/1e9, float64(now)/1e9, x+b.rate*t, bound)
+	}
 }
 
 // hotTotal is key 0's admissions over all regions in slot s.

@@ -142,7 +142,7 @@ func (nd *node) take(k int, attempts uint8) {
 	case err == nil && r.Exact:
 		nd.exact(k)
 	case err == nil:
-		s.met.decided(nd.reg.idx, k, s.now, r.Allowed)
+		s.met.decided(nd.reg.idx, k, s.now, verdictOf(r.Allowed))
 	case errors.Is(err, context.DeadlineExceeded) && attempts+1 < maxAttempts:
 		// No tokens on hand: the refill is queued; wait for it.
 		if nd.waiters == nil {
@@ -150,7 +150,7 @@ func (nd *node) take(k int, attempts uint8) {
 		}
 		nd.waiters[k] = append(nd.waiters[k], attempts+1)
 	default:
-		s.met.decided(nd.reg.idx, k, s.now, false)
+		s.met.decided(nd.reg.idx, k, s.now, refused)
 	}
 }
 
@@ -166,11 +166,11 @@ func (nd *node) exact(k int) {
 		ok := nd.reg.store.check(s.now/1000, keyFn(string(s.subjects[k])), s.nodeSpec)
 		s.q.push(s.now+int64(s.cfg.RedisRTT)-there, func() {
 			if !nd.alive {
-				s.met.decided(nd.reg.idx, k, s.now, false)
+				s.met.decided(nd.reg.idx, k, s.now, refused)
 				return
 			}
 			nd.exactDemand[k]++
-			s.met.decided(nd.reg.idx, k, s.now, ok)
+			s.met.decided(nd.reg.idx, k, s.now, verdictOf(ok))
 		})
 	})
 }
@@ -187,7 +187,7 @@ func (nd *node) crash() (stranded int64) {
 	}
 	for k, ws := range nd.waiters {
 		for range ws {
-			nd.s.met.decided(nd.reg.idx, k, nd.s.now, false)
+			nd.s.met.decided(nd.reg.idx, k, nd.s.now, refused)
 		}
 	}
 	nd.waiters = nil

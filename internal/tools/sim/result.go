@@ -20,9 +20,18 @@ type Result struct {
 	// global bucket's, fed the same arrivals (every key is global).
 	AdmittedOverIdeal float64 `json:"admitted_over_ideal"`
 	// MaxOvershootOverBound is the worst window's admissions minus the
-	// documented bound, over the bound (<= 0: the bound held).
+	// documented bound, over the bound (<= 0: the bound held), over every
+	// window of every key: of each key's windows, the one whose
+	// admissions exceed L.rate·T the most.
 	MaxOvershootOverBound float64 `json:"max_overshoot_over_bound"`
 	WorstWindow           string  `json:"worst_window"`
+	// KeysChecked is the keys the bound was checked on (all of them),
+	// KeysAdmitted those that admitted at least one request.
+	KeysChecked  int `json:"keys_checked"`
+	KeysAdmitted int `json:"keys_admitted"`
+	// OutsideAdmissions counts admissions outside the bound's assumptions
+	// (on_store_failure open or local), left out of its check.
+	OutsideAdmissions int64 `json:"outside_admissions"`
 	// ConvergedAfterS is the seconds after the last shift (or the start)
 	// until the hottest key's admissions stay >= 95 % of the ideal's in
 	// every second (-1: never).
@@ -85,8 +94,8 @@ func (s *Sim) result() *Result {
 	if res.Ideal > 0 {
 		res.AdmittedOverIdeal = round(float64(res.Admitted)/float64(res.Ideal), 6)
 	}
-	w, where := m.overshoot(c.TTL)
-	res.MaxOvershootOverBound, res.WorstWindow = round(w, 6), where
+	res.MaxOvershootOverBound, res.WorstWindow = round(m.bound.worst, 6), m.bound.where
+	res.KeysChecked, res.KeysAdmitted, res.OutsideAdmissions = len(m.bound.x), m.bound.admitted, m.outside
 	res.ConvergedAfterS = m.converged(c.lastChange(), c.Duration)
 	res.UnderservedRegionSeconds = m.underserved(c.Duration)
 	for _, reg := range s.regions {

@@ -195,7 +195,7 @@ func (s *Sim) arrive() {
 			k := s.dist.pick(s.rng)
 			s.met.arrived(r, k, s.now)
 			if len(reg.alive) == 0 {
-				s.met.decided(r, k, s.now, false)
+				s.met.decided(r, k, s.now, refused)
 				continue
 			}
 			nd := reg.alive[0]

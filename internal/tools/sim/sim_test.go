@@ -168,7 +168,7 @@ func randomScenario(seed uint64) Config {
 }
 
 // TestPropertyBound drives random scenarios through the fleet: in every
-// one, no window of any tracked key admits more than Theorem 2's bound,
+// one, no window of any key admits more than Theorem 2's bound,
 // and no key's shares in force ever sum past L (Theorem 1). -sim.long
 // runs 200 scenarios instead of 12.
 func TestPropertyBound(t *testing.T) {
@@ -188,6 +188,9 @@ func TestPropertyBound(t *testing.T) {
 			}
 			if r.Admitted == 0 && r.Offered > 0 {
 				t.Errorf("nothing admitted of %d offered", r.Offered)
+			}
+			if r.KeysChecked != c.Keys || r.KeysAdmitted == 0 && r.Admitted > 0 {
+				t.Errorf("bound checked on %d keys of %d, %d admitted", r.KeysChecked, c.Keys, r.KeysAdmitted)
 			}
 		})
 	}
