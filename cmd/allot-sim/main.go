@@ -46,6 +46,7 @@ func run(args []string) error {
 	fs.Int64Var(&c.Burst, "burst", c.Burst, "every key's global burst (0: limit)")
 	fs.DurationVar(&c.TTL, "ttl", c.TTL, "lease TTL")
 	fs.DurationVar(&c.TargetPeriod, "target-period", c.TargetPeriod, "lease target period")
+	fs.IntVar(&c.ColdHits, "cold-hits", c.ColdHits, "lease cold hits: Takes per half TTL that make a key lease (0: the default)")
 	fs.DurationVar(&c.Interval, "interval", c.Interval, "rebalance interval")
 	fs.Float64Var(&c.Headroom, "headroom", c.Headroom, "rebalance headroom")
 	fs.Float64Var(&c.Gather, "gather", c.Gather, "rebalance gather fraction of the interval")

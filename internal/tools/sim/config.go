@@ -56,6 +56,7 @@ type Config struct {
 
 	TTL          time.Duration // lease TTL
 	TargetPeriod time.Duration // lease target period
+	ColdHits     int           // lease cold hits (0: lease.DefaultColdHits)
 	Interval     time.Duration // rebalance interval
 	Headroom     float64
 	Gather       float64
@@ -80,6 +81,9 @@ type Config struct {
 	// sources are the scripts' texts (nil: Sources()); tests change them
 	// to run mutants.
 	sources map[string]string
+	// spendFor, if set, is the lease TTL the nodes run with while the
+	// bound is checked with TTL: a mutant whose leases outlive the TTL.
+	spendFor time.Duration
 }
 
 // Crash kills a node at At as a crash would (lease.Manager.Abort: its
@@ -145,6 +149,7 @@ func (c *Config) Validate() error {
 	check(c.Limit > 0 && c.Burst >= 0, "limit %d, burst %d: want limit > 0, burst >= 0", c.Limit, c.Burst)
 	check(c.Arrival > 0 && c.Arrival <= time.Second, "arrival tick %v: want (0, 1s]", c.Arrival)
 	check(c.DemandPeriod > 0, "demand period %v: want > 0", c.DemandPeriod)
+	check(c.ColdHits >= 0, "cold hits %d: want >= 0", c.ColdHits)
 	check(c.FlashFor == 0 || c.FlashRegion >= 0 && c.FlashRegion < c.Regions && c.FlashX >= 0, "flash crowd: bad region or factor")
 	check(c.Phase >= 0, "phase %v: want >= 0", c.Phase)
 	check(c.RedisRTT >= 0 && c.RegionLatency >= 0, "latencies must be >= 0")

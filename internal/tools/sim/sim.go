@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -114,7 +115,7 @@ func build(c Config) (*Sim, error) {
 			nd := &node{s: s, reg: reg, idx: i, alive: true, exactDemand: map[int]float64{}}
 			m, err := lease.New(lease.Options{
 				Source: source{nd}, Clock: clock{s}, SweepEvery: -1, Executor: nd.execute, FixedHash: true, ColdExact: true, // as node runs it
-				Defaults: lease.Config{TTL: c.TTL, TargetPeriod: c.TargetPeriod},
+				Defaults: lease.Config{TTL: cmp.Or(c.spendFor, c.TTL), TargetPeriod: c.TargetPeriod, ColdHits: c.ColdHits},
 				Logger:   slog.New(slog.DiscardHandler),
 			})
 			if err != nil {

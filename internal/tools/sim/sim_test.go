@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/allot-dev/allot/lease"
 )
 
 var long = flag.Bool("sim.long", false, "run the long property set (200 scenarios)")
@@ -35,7 +37,7 @@ func output(t *testing.T, r *Result) []byte {
 // faulty is a small scenario with every fault, a shift and a Zipf key set.
 func faulty() Config {
 	c := Default()
-	c.Duration, c.Regions, c.Nodes, c.Keys, c.Rate = 40*time.Second, 3, 4, 1000, 3000
+	c.Duration, c.Regions, c.Nodes, c.Keys, c.Rate = 32*time.Second, 3, 4, 300, 1000
 	c.Interval = 2 * time.Second
 	c.ShiftAt, c.ShiftTo = 12*time.Second, []float64{0.8, 0.1, 0.1}
 	c.Crashes = []Crash{{Region: 0, Node: 1, At: 15 * time.Second}}
@@ -50,9 +52,10 @@ func TestSameSeedSameOutput(t *testing.T) {
 	if !bytes.Equal(a, b) {
 		t.Fatalf("two runs differ:\n%s\n%s", a, b)
 	}
-	c := faulty()
+	c, d := faulty(), faulty()
 	c.Seed++
-	if bytes.Equal(a, output(t, run(t, c))) {
+	c.Duration, d.Duration = 10*time.Second, 10*time.Second
+	if bytes.Equal(output(t, run(t, d)), output(t, run(t, c))) {
 		t.Fatal("another seed gave the same output: the seed is not used")
 	}
 }
@@ -117,52 +120,73 @@ func TestPartitionKeepsTheBound(t *testing.T) {
 
 // randomScenario draws a scenario: regions, nodes, keys, distribution,
 // rate, knobs, a shift or ramp, a flash crowd, crashes, coordinator
-// failovers and partitions (no failover: a
-// Redis losing writes is outside the bound's assumptions, ARCHITECTURE.md
-// assumption 4).
+// failovers and partitions (no failover: a Redis losing writes is
+// outside the bound's assumptions, ARCHITECTURE.md assumption 4).
+//
+// It has two phases. Until the shift every key is offered 2-4 times its
+// limit in every region, for 50 TTLs: a store or node admitting 5 % too
+// much passes the bound's TTL term (L.rate·TTL of slack) after some 20
+// TTLs of such saturation, and only saturation in every region keeps the
+// fleet near L (TestMutantsAreCaught). After it one region asks less
+// than its even part, so the coordinators move shares (share.lua runs),
+// and the faults strike. Limits and rates are small: the package's tests
+// must stay quick under -race.
 func randomScenario(seed uint64) Config {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	c := Default()
 	c.Seed = seed
-	c.Duration = time.Duration(20+rng.IntN(40)) * time.Second
-	c.Regions = 1 + rng.IntN(4)
-	c.Nodes = 1 + rng.IntN(8)
+	c.TTL = time.Duration(200+rng.IntN(300)) * time.Millisecond
+	c.TargetPeriod = min(c.TTL, time.Duration(100+rng.IntN(400))*time.Millisecond)
+	c.Regions = 2 + rng.IntN(3)
+	c.Nodes = 1 + rng.IntN(6)
 	c.HotNode = rng.IntN(4) == 0
-	c.Keys = []int{1, 3, 50, 2000}[rng.IntN(4)]
-	c.Dist = []string{"uniform", "zipf", "hot"}[rng.IntN(3)]
-	c.ZipfS = 0.8 + rng.Float64()
-	c.HotFrac = rng.Float64()
-	c.Limit = int64(20 + rng.IntN(500))
-	c.Burst = c.Limit * int64(1+rng.IntN(3)) / 2
-	c.Rate = float64(c.Limit) * (0.5 + 6*rng.Float64())
-	c.TTL = time.Duration(200+rng.IntN(3000)) * time.Millisecond
-	c.TargetPeriod = min(c.TTL, time.Duration(100+rng.IntN(1500))*time.Millisecond)
-	c.Interval = time.Duration(1+rng.IntN(10)) * time.Second
+	// Multiples of the regions: a region's policy numbers, until a share
+	// is written, are L/n and burst/n rounded down (algorithm.Spec.Share),
+	// which would leave part of L unused.
+	n := int64(c.Regions)
+	c.Limit = n * int64(6+rng.IntN(15))
+	c.Burst = n * (c.Limit / n * int64(1+rng.IntN(3)) / 2)
+	// Key 0 is leased, the others are decided exactly (check_tb.lua): each
+	// of those is offered 2-4 L, which on each node stays under half the
+	// rate that makes a key lease (ColdHits per TTL/2), and key 0 over
+	// three times that rate.
+	nodes := float64(c.Regions * c.Nodes)
+	if c.HotNode {
+		nodes = float64(c.Regions)
+	}
+	cold := float64(c.Limit) * (2 + 2*rng.Float64())
+	c.ColdHits = min(lease.MaxColdHits, int(math.Ceil(cold/nodes*c.TTL.Seconds()))+1)
+	hot := max(3*2*float64(c.ColdHits)/c.TTL.Seconds()*nodes, cold)
+	c.Keys = 1 + []int{1, 2, 4}[rng.IntN(3)]
+	c.Dist = "hot"
+	c.Rate = hot + cold*float64(c.Keys-1)
+	c.HotFrac = hot / c.Rate
+	c.Interval = time.Duration(1+rng.IntN(4)) * time.Second
 	c.Headroom = rng.Float64() * 0.5
 	c.RedisRTT = time.Duration(rng.IntN(5000)) * time.Microsecond
 	c.RegionLatency = time.Duration(rng.IntN(150)) * time.Millisecond
-	if rng.IntN(2) == 0 {
-		c.ShiftAt = time.Duration(1+rng.IntN(int(c.Duration/time.Second)-1)) * time.Second
-		c.ShiftTo = make([]float64, c.Regions)
-		for i := range c.ShiftTo {
-			c.ShiftTo[i] = rng.Float64()
-		}
-		c.ShiftTo[rng.IntN(c.Regions)] += 1
-		c.Ramp = time.Duration(rng.IntN(3)) * 5 * time.Second
+	c.ShiftAt = max(10*time.Second, 50*c.TTL).Round(time.Second)
+	c.Duration = c.ShiftAt + 3*c.Interval + time.Duration(rng.IntN(3))*time.Second
+	c.ShiftTo = make([]float64, c.Regions)
+	for i := range c.ShiftTo {
+		c.ShiftTo[i] = 1 + rng.Float64()
 	}
+	c.ShiftTo[rng.IntN(c.Regions)] = 0.1 * rng.Float64()
+	c.Ramp = time.Duration(rng.IntN(3)) * time.Second
+	after := func() time.Duration { return c.ShiftAt + time.Duration(rng.Int64N(int64(c.Duration-c.ShiftAt))) }
 	if rng.IntN(3) == 0 {
 		c.FlashRegion, c.FlashX = rng.IntN(c.Regions), 2+8*rng.Float64()
-		c.FlashAt, c.FlashFor = time.Duration(rng.Int64N(int64(c.Duration))), time.Duration(1+rng.IntN(10))*time.Second
+		c.FlashAt, c.FlashFor = time.Duration(rng.Int64N(int64(c.Duration))), time.Duration(1+rng.IntN(5))*time.Second
 	}
 	for range rng.IntN(3) {
-		c.Crashes = append(c.Crashes, Crash{Region: rng.IntN(c.Regions), Node: rng.IntN(c.Nodes), At: time.Duration(rng.Int64N(int64(c.Duration)))})
+		c.Crashes = append(c.Crashes, Crash{Region: rng.IntN(c.Regions), Node: rng.IntN(c.Nodes), At: after()})
 	}
 	if rng.IntN(4) == 0 {
-		c.CoordFailovers = []CoordFailover{{Region: rng.IntN(c.Regions), At: time.Duration(rng.Int64N(int64(c.Duration))), After: time.Duration(rng.IntN(10)) * time.Second}}
+		c.CoordFailovers = []CoordFailover{{Region: rng.IntN(c.Regions), At: after(), After: time.Duration(rng.IntN(5)) * time.Second}}
 	}
-	if c.Regions > 1 && rng.IntN(2) == 0 {
-		from := time.Duration(rng.Int64N(int64(c.Duration)))
-		c.Partitions = []Partition{{Region: rng.IntN(c.Regions), From: from, To: from + time.Duration(rng.Int64N(int64(20*time.Second)))}}
+	if rng.IntN(2) == 0 {
+		from := after()
+		c.Partitions = []Partition{{Region: rng.IntN(c.Regions), From: from, To: from + time.Duration(rng.Int64N(int64(10*time.Second)))}}
 	}
 	return c
 }
@@ -179,6 +203,7 @@ func TestPropertyBound(t *testing.T) {
 	for seed := range uint64(n) {
 		c := randomScenario(seed + 1)
 		t.Run(fmt.Sprint(seed+1), func(t *testing.T) {
+			t.Parallel()
 			r := run(t, c)
 			if r.MaxOvershootOverBound > 0 {
 				t.Errorf("overshoot %.4f of the bound (%s) in %+v", r.MaxOvershootOverBound, r.WorstWindow, c)

@@ -1,0 +1,93 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// mutant is a deliberate bug in the scripts or the nodes that the
+// property test's scenarios must catch.
+type mutant struct {
+	name   string
+	script string // the script changed ("" for common.lua: every one that has it)
+	from   string
+	to     string
+	apply  func(*Config) // a change of the nodes instead
+	// gap, if set, says why the scenarios cannot catch this mutant yet:
+	// its figure is logged, not asserted.
+	gap string
+}
+
+var mutants = []mutant{
+	{name: "common.lua refills 5 % fast", from: "elapsed * rate / 1e6", to: "elapsed * rate * 1.05 / 1e6"},
+	{name: "check_tb.lua refills 5 % fast", script: "check_tb", from: "math.max(now - ts, 0) * rate / 1e6", to: "math.max(now - ts, 0) * rate * 1.05 / 1e6"},
+	{name: "leases are spent for twice their TTL", apply: func(c *Config) { c.spendFor = 2 * c.TTL },
+		// A saturated key's leases are spent long before their TTL; the
+		// excess needs a node whose demand stops and resumes between TTL
+		// and 2 TTL later, holding a grant meanwhile (issue 44, point 3's
+		// faults: traffic moving between nodes).
+		gap: "no scenario moves a node's traffic away and back within 2 TTLs"},
+	{name: "share.lua writes shares 5 % past the coordinator's", script: "share",
+		from: "local rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2])", to: "local rate, burst = tonumber(ARGV[1]) * 1.05, tonumber(ARGV[2]) * 1.05"},
+}
+
+// sources is the scripts with m applied; it fails t if m changes nothing.
+func (m mutant) sources(t *testing.T) map[string]string {
+	t.Helper()
+	src := Sources()
+	if m.from == "" {
+		return src
+	}
+	n := 0
+	for name, text := range src {
+		if m.script != "" && name != m.script {
+			continue
+		}
+		n += strings.Count(text, m.from)
+		src[name] = strings.ReplaceAll(text, m.from, m.to)
+	}
+	if n == 0 {
+		t.Fatalf("mutant %q: %q is in no script", m.name, m.from)
+	}
+	return src
+}
+
+// caught reports whether a run shows a broken theorem: a window past
+// Theorem 2's bound or shares past L (Theorem 1).
+func caught(r *Result) bool { return r.MaxOvershootOverBound > 0 || r.MaxShareSum > 1 }
+
+// Each mutant breaks a theorem in at least 10 of the property test's 12
+// scenarios (the unmutated scripts pass all 12: TestPropertyBound).
+// A mutant with a gap is run only with -sim.long.
+func TestMutantsAreCaught(t *testing.T) {
+	for _, m := range mutants {
+		t.Run(m.name, func(t *testing.T) {
+			if m.gap != "" && !*long {
+				t.Skipf("not caught yet (%s); -sim.long runs it", m.gap)
+			}
+			t.Parallel()
+			src := m.sources(t)
+			var missed []string
+			for seed := range uint64(12) {
+				c := randomScenario(seed + 1)
+				c.sources = src
+				if m.apply != nil {
+					m.apply(&c)
+				}
+				r := run(t, c)
+				if !caught(r) {
+					missed = append(missed, fmt.Sprintf("%d (overshoot %.4f, shares %.4f)", seed+1, r.MaxOvershootOverBound, r.MaxShareSum))
+				}
+			}
+			t.Logf("caught in %d of 12; missed %v", 12-len(missed), missed)
+			if m.gap != "" {
+				t.Logf("not asserted: %s", m.gap)
+				return
+			}
+			if len(missed) > 2 {
+				t.Errorf("caught in %d of 12 scenarios, want at least 10", 12-len(missed))
+			}
+		})
+	}
+}
