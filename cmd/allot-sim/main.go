@@ -97,6 +97,13 @@ func run(args []string) error {
 	// The run allocates small short-lived events by the million and keeps
 	// little: fewer collections for more memory.
 	debug.SetGCPercent(400)
+	// The scripts' interpreter makes garbage by the gigabyte, and the
+	// GC's 400 % would let the heap grow to five times what is live: a
+	// soft limit keeps the 10^6-key runs within 8 GB (issue 44), unless
+	// GOMEMLIMIT says otherwise.
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(6 << 30)
+	}
 	res, err := sim.Run(c)
 	if err != nil {
 		return err
