@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,7 +38,7 @@ func output(t *testing.T, r *Result) []byte {
 // faulty is a small scenario with every fault, a shift and a Zipf key set.
 func faulty() Config {
 	c := Default()
-	c.Duration, c.Regions, c.Nodes, c.Keys, c.Rate = 32*time.Second, 3, 4, 300, 1000
+	c.Duration, c.Regions, c.Nodes, c.Keys, c.Rate = 32*time.Second, 3, 4, 50, 1000
 	c.Interval = 2 * time.Second
 	c.ShiftAt, c.ShiftTo = 12*time.Second, []float64{0.8, 0.1, 0.1}
 	c.Crashes = []Crash{{Region: 0, Node: 1, At: 15 * time.Second}}
@@ -46,9 +47,21 @@ func faulty() Config {
 	return c
 }
 
+// faultyRun is faulty's run, shared by the tests that read it.
+var faultyRun = sync.OnceValues(func() (*Result, error) { return Run(faulty()) })
+
+func faultyResult(t *testing.T) *Result {
+	t.Helper()
+	r, err := faultyRun()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // Same configuration, same bytes: nothing but the event queue decides.
 func TestSameSeedSameOutput(t *testing.T) {
-	a, b := output(t, run(t, faulty())), output(t, run(t, faulty()))
+	a, b := output(t, faultyResult(t)), output(t, run(t, faulty()))
 	if !bytes.Equal(a, b) {
 		t.Fatalf("two runs differ:\n%s\n%s", a, b)
 	}
@@ -62,7 +75,7 @@ func TestSameSeedSameOutput(t *testing.T) {
 
 // The faults happen: a crash strands its leases, a failover loses writes.
 func TestFaultsTakeEffect(t *testing.T) {
-	r := run(t, faulty())
+	r := faultyResult(t)
 	if r.Stranded <= 0 {
 		t.Errorf("the crashed node stranded %d tokens, want > 0", r.Stranded)
 	}
