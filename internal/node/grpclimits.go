@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+
 	"github.com/allot-dev/allot/internal/server"
 )
 
@@ -126,9 +128,15 @@ func newInFlight(n int, now func() time.Time) *inFlight {
 
 type slotKey struct{}
 
-func (f *inFlight) tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
+// rlqsStream is the RLQS stream's method: its streams live as long as
+// their clients, so they are capped by the RLQS server itself
+// (rlqs.Config.MaxStreams), not by the slots of calls in progress, which
+// 600 of them once took from every check (issue 43).
+var rlqsStream = "/" + rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName + "/" + rlqsv3.RateLimitQuotaService_ServiceDesc.Streams[0].StreamName
+
+func (f *inFlight) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	done := ctx.Done()
-	if done == nil {
+	if done == nil || info.FullMethodName == rlqsStream {
 		// Not a stream's context (grpc-go's always has one): nothing
 		// could tell when the call ends, so it is not counted.
 		return ctx, nil

@@ -178,3 +178,19 @@ func TestInFlightFastPathThroughGRPC(t *testing.T) {
 	assert.Len(t, f.free, slots, "every slot is back")
 	assert.Zero(t, f.sweeps, "without a sweep")
 }
+
+// RLQS streams live as long as their clients: they take no slot of the
+// calls in progress (the RLQS server caps them itself).
+func TestInFlightLeavesRLQSStreamsOut(t *testing.T) {
+	f := newInFlight(1, newClock().Now)
+	for range 3 {
+		s, stop := call()
+		defer stop()
+		_, err := f.tap(s, &tap.Info{FullMethodName: "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas"})
+		require.NoError(t, err)
+	}
+	c, stop := call()
+	defer stop()
+	_, err := f.tap(c, &tap.Info{FullMethodName: "/allot.ratelimit.v1.RateLimiterService/CheckRateLimit"})
+	require.NoError(t, err, "the slot is still free for a check")
+}
