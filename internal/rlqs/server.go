@@ -158,6 +158,14 @@ func (s *Server) Open() (streams, buckets, refused int64) {
 	return s.streams.Load(), s.buckets.Load(), s.refused.Load()
 }
 
+// Keys is how many region buckets the node splits now (for tests and
+// metrics).
+func (s *Server) Keys() int {
+	s.split.mu.Lock()
+	defer s.split.mu.Unlock()
+	return len(s.split.keys)
+}
+
 // Drain ends every stream (Unavailable: the client reconnects to another
 // node) and refuses new ones: the node is shutting down.
 func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }

@@ -3,6 +3,7 @@ package rlqs_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"runtime"
 	"strings"
@@ -147,7 +148,7 @@ func TestRateStrategyIsWholeSecondsAndKeptWhileThePartHolds(t *testing.T) {
 	first, ttl := strategy(t, resp)
 	tb := first.GetTokenBucket()
 	require.NotNil(t, tb)
-	assert.Equal(t, 6*time.Second, ttl, "Envoy's 5 s interval assumed until a report shows it, plus 1 s")
+	assert.Equal(t, 7*time.Second, ttl, "Envoy's 5 s interval assumed until a report shows it, plus 2 s")
 	assert.Zero(t, tb.GetFillInterval().GetNanos(), "whole seconds: Envoy divides by ToInt64Seconds")
 	assert.GreaterOrEqual(t, tb.GetFillInterval().GetSeconds(), int64(1))
 	assert.InDelta(t, 1000, rateOf(tb), 10, "a lone consumer's part is the whole rate")
@@ -161,7 +162,7 @@ func TestRateStrategyIsWholeSecondsAndKeptWhileThePartHolds(t *testing.T) {
 		resp, err = roundTrip(t, s, "", report(id, time.Second, 1000, 4000))
 		require.NoError(t, err)
 		st, ttl := strategy(t, resp)
-		assert.Equal(t, 2*time.Second, ttl)
+		assert.Equal(t, 3*time.Second, ttl, "the interval the reports show, plus 2 s")
 		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(st)
 		require.NoError(t, err)
 		if string(b) == string(prev) {
@@ -360,4 +361,28 @@ func TestDrainAndStreamCap(t *testing.T) {
 	assert.Eventually(t, func() bool { n, _, _ := rs.Open(); return n == 0 }, 5*time.Second, 10*time.Millisecond)
 	_, _, refused := rs.Open()
 	assert.Equal(t, int64(2), refused, "one at the cap, one while draining")
+}
+
+// A key whose streams have all ended is forgotten once their parts have
+// expired.
+func TestKeysOfEndedStreamsAreForgotten(t *testing.T) {
+	clk := &clock{now: time.Unix(1e6, 0)}
+	c, rs := serve(t, rlqs.Config{Decider: &decider{grant: partsOf(1000)}, Ledger: ledger(t), Now: clk.Now})
+	for i := range 5 {
+		s, err := c.StreamRateLimitQuotas(context.Background())
+		require.NoError(t, err)
+		_, err = roundTrip(t, s, "d", report(map[string]string{"tenant": fmt.Sprintf("t%d", i)}, 0, 1, 0))
+		require.NoError(t, err)
+		require.NoError(t, s.CloseSend())
+		_, err = s.Recv()
+		require.ErrorIs(t, err, io.EOF)
+	}
+	assert.Eventually(t, func() bool { n, _, _ := rs.Open(); return n == 0 }, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, 5, rs.Keys(), "kept while their parts live")
+	clk.add(time.Minute)
+	s, err := c.StreamRateLimitQuotas(context.Background())
+	require.NoError(t, err)
+	_, err = roundTrip(t, s, "d", report(map[string]string{"tenant": "new"}, 0, 1, 0))
+	require.NoError(t, err)
+	assert.Equal(t, 1, rs.Keys(), "the ended streams' keys are forgotten")
 }

@@ -180,6 +180,7 @@ func (s *splitter) settle(ctx context.Context, now time.Time, keys []string, ans
 		due = append(due, ks)
 		order = append(order, cs)
 	}
+	s.sweepLocked(now)
 	s.mu.Unlock()
 	if len(items) > 0 {
 		var res []region.Settled
@@ -221,6 +222,24 @@ func (s *splitter) settle(ctx context.Context, now time.Time, keys []string, ans
 	}
 	s.mu.Unlock()
 	return out
+}
+
+// sweepPerSettle is how many keys a settlement looks at for ones whose
+// consumers have all left: map order is random, so every key is visited
+// in time while RLQS traffic goes on.
+const sweepPerSettle = 8
+
+// sweepLocked forgets a few keys that have no consumer left.
+func (s *splitter) sweepLocked(now time.Time) {
+	n := 0
+	for k, ks := range s.keys {
+		if n++; n > sweepPerSettle {
+			return
+		}
+		if ks.inflight == nil && len(ks.prune(now)) == 0 {
+			delete(s.keys, k)
+		}
+	}
 }
 
 // prune drops consumers that left and whose parts expired, and returns
