@@ -2,8 +2,9 @@ package decide
 
 import "sync"
 
-// demand counts, per bucket key, the tokens the exact path admitted and
-// denied for global limits since the last drain: the coordinator's input
+// demand counts, per bucket key, the tokens the exact path (and quota
+// clients, QuotaUsage) admitted and denied for global limits since the
+// last drain: the coordinator's input
 // for shares (token buckets) and for which quota counts to exchange (fixed
 // windows). The leased path counts its own (lease.Manager.DrainDemand).
 type demand struct {
@@ -31,26 +32,24 @@ func (dm *demand) record(p *plan, denied bool, cost int64) {
 				continue
 			}
 			for range pol.Limits {
-				key := g.items[k].Key
+				dm.countLocked(g.items[k].Key)[i] += cost
 				k++
-				if dm.m == nil {
-					dm.m = map[string]*[2]int64{}
-				}
-				c := dm.m[key]
-				if c == nil {
-					c = new([2]int64)
-					dm.m[key] = c
-				}
-				c[i] += cost
 			}
 		}
 	}
 }
 
-// add counts admitted and denied tokens of key.
+// add counts admitted and denied tokens of key (a quota client's usage).
 func (dm *demand) add(key string, admitted, denied int64) {
 	dm.mu.Lock()
 	defer dm.mu.Unlock()
+	c := dm.countLocked(key)
+	c[0] += admitted
+	c[1] += denied
+}
+
+// countLocked is key's counts, made if new.
+func (dm *demand) countLocked(key string) *[2]int64 {
 	if dm.m == nil {
 		dm.m = map[string]*[2]int64{}
 	}
@@ -59,8 +58,7 @@ func (dm *demand) add(key string, admitted, denied int64) {
 		c = new([2]int64)
 		dm.m[key] = c
 	}
-	c[0] += admitted
-	c[1] += denied
+	return c
 }
 
 // DrainDemand calls fn for every global key the exact path decided since
