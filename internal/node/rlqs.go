@@ -33,6 +33,8 @@ func (n *Node) startRLQS() error {
 		}
 	}
 	n.rlqs = rlqs.New(cfg)
+	// Its settlements stop before the store closes.
+	n.closers = append([]func() error{func() error { n.rlqs.Close(); return nil }}, n.closers...)
 	rlqsv3.RegisterRateLimitQuotaServiceServer(n.grpc, n.rlqs)
 	return nil
 }

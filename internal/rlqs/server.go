@@ -127,6 +127,8 @@ type Server struct {
 	streams, buckets, refused atomic.Int64
 	drainOnce                 sync.Once
 	draining                  chan struct{}
+	stop                      context.CancelFunc
+	done                      chan struct{}
 }
 
 // New returns a Server.
@@ -149,7 +151,20 @@ func New(cfg Config) *Server {
 	if cfg.Node == "" {
 		cfg.Node = "node"
 	}
-	return &Server{cfg: cfg, split: newSplitter(cfg.Node, cfg.Ledger), draining: make(chan struct{})}
+	ctx, stop := context.WithCancel(context.Background())
+	s := &Server{cfg: cfg, split: newSplitter(cfg.Node, cfg.Ledger), draining: make(chan struct{}), stop: stop, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		s.split.run(ctx, cfg.Now)
+	}()
+	return s
+}
+
+// Close stops the settlements of the server's keys (Drain ends its
+// streams). The node calls it on its way out.
+func (s *Server) Close() {
+	s.stop()
+	<-s.done
 }
 
 // Open returns the streams and buckets open now, and the streams refused
@@ -300,26 +315,20 @@ func (st *stream) report(ctx context.Context, msg *rlqsv3.RateLimitQuotaUsageRep
 			}
 		}
 	}
-	// A report whose buckets are short of their fair parts is settled
-	// again at the key's next settlement (at most a second on), once:
-	// room another consumer freed since is then seen.
-	var states map[string]*keyState
-	for try := 0; try < 2; try++ {
-		if wait := s.split.waitFor(now, fresh, keys); wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return nil, ctx.Err()
-			}
-			now = now.Add(wait)
+	// A report whose buckets are new, or short of their fair parts, waits
+	// for its keys' next settlement (at most a second on): it is then
+	// answered with the room freed since rather than with nothing.
+	if wait := s.split.waitFor(now, fresh, keys); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
 		}
-		states = s.split.settle(ctx, now, keys, fresh)
-		if s.split.waitFor(now, fresh, keys) == 0 {
-			break
-		}
+		now = now.Add(wait)
 	}
+	states := s.split.settle(ctx, now, keys, fresh)
 	resp := &rlqsv3.RateLimitQuotaResponse{BucketAction: make([]*rlqsv3.RateLimitQuotaResponse_BucketAction, 0, len(jobs))}
 	for _, j := range jobs {
 		var a *rlqsv3.RateLimitQuotaResponse_BucketAction

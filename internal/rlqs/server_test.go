@@ -87,6 +87,7 @@ func serve(t *testing.T, cfg rlqs.Config) (rlqsv3.RateLimitQuotaServiceClient, *
 		cfg.Keys = server.DefaultEnvoyKeys()
 	}
 	rs := rlqs.New(cfg)
+	t.Cleanup(rs.Close)
 	rlqsv3.RegisterRateLimitQuotaServiceServer(srv, rs)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)

@@ -368,3 +368,28 @@ func (s *splitter) waitFor(now time.Time, cs []*consumer, keys []string) time.Du
 	}
 	return min(wait, settleEvery)
 }
+
+// run settles every key with consumers once a second until ctx ends, so
+// that the records every node splits by are at most a second old, parts
+// taken back are seen by the other nodes within a second, and room for a
+// consumer's growth is reserved before its next report.
+func (s *splitter) run(ctx context.Context, now func() time.Time) {
+	t := time.NewTicker(settleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		keys := make([]string, 0, len(s.keys))
+		for k := range s.keys {
+			keys = append(keys, k)
+		}
+		s.mu.Unlock()
+		if len(keys) > 0 {
+			s.settle(ctx, now(), keys, nil)
+		}
+	}
+}
