@@ -387,3 +387,38 @@ func TestKeysOfEndedStreamsAreForgotten(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, rs.Keys(), "the ended streams' keys are forgotten")
 }
+
+// A client that never reads its answers blocks only its own stream.
+func TestAStreamThatNeverReadsHoldsOnlyItself(t *testing.T) {
+	c, rs := serve(t, rlqs.Config{Decider: &decider{grant: decide.Grant{Kind: decide.GrantAllowAll}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	bad, err := c.StreamRateLimitQuotas(ctx)
+	require.NoError(t, err)
+	long := map[string]string{"route": strings.Repeat("/x", 400), "tenant": "a"}
+	// Reports whose answers are never read: the server's sends fill the
+	// stream's window and block, then its reads stop, then ours do.
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		for {
+			if bad.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "d", BucketQuotaUsages: []*usage{report(long, time.Second, 1, 0)}}) != nil {
+				return
+			}
+		}
+	}()
+	// The bad stream is open with its bucket (its first report was read)
+	// before the other one starts: on a loaded machine the sender may not
+	// have run yet.
+	require.Eventually(t, func() bool { s, b, _ := rs.Open(); return s == 1 && b == 1 }, 10*time.Second, 10*time.Millisecond, "the bad stream's first report is read")
+	good, err := c.StreamRateLimitQuotas(context.Background())
+	require.NoError(t, err)
+	resp, err := roundTrip(t, good, "d", report(map[string]string{"tenant": "b"}, 0, 0, 0))
+	require.NoError(t, err)
+	assert.Len(t, resp.BucketAction, 1, "another stream is served meanwhile")
+	streams, buckets, _ := rs.Open()
+	assert.Equal(t, int64(2), streams)
+	assert.Equal(t, int64(2), buckets)
+	cancel()
+	<-sent
+	assert.Eventually(t, func() bool { s, _, _ := rs.Open(); return s == 1 }, 5*time.Second, 10*time.Millisecond, "the blocked stream is freed when its client goes")
+}
