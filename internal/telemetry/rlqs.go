@@ -41,9 +41,10 @@ func (t *Telemetry) ObserveRLQS(open func() (streams, buckets, refused int64)) (
 			policy = NoPolicy
 		}
 		assignments.Add(ctx, 1, t.option("kind", kind, "policy", policy).add...)
-		if kind == "rate" {
-			rates.Add(ctx, rate, t.option("policy", policy, "", "").add...)
+		if kind != "rate" {
+			rate = 0 // the series exists from the first answer on
 		}
+		rates.Add(ctx, rate, t.option("policy", policy, "", "").add...)
 	}
 	return hook, stop, nil
 }
