@@ -69,10 +69,10 @@ func (c *consumer) held(now time.Time) float64 {
 type keyState struct {
 	key  decide.QuotaKey
 	cons map[*consumer]struct{}
-	// usage and denied are tokens this node's clients reported since the
-	// last settlement (usage is charged then).
-	usage, denied int64
-	last          time.Time // the last settlement; zero: never
+	// usage is the tokens this node's clients admitted since the last
+	// settlement, charged then.
+	usage int64
+	last  time.Time // the last settlement; zero: never
 	// view is the last settlement's answer: what the next fair split
 	// starts from.
 	avail      float64
@@ -125,13 +125,12 @@ func (s *splitter) leave(key string, c *consumer) {
 	}
 }
 
-// use records a report's usage of key (tokens).
-func (s *splitter) use(key string, admitted, denied int64) {
+// use records what a report says its client admitted of key (tokens).
+func (s *splitter) use(key string, admitted int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ks := s.keys[key]; ks != nil {
 		ks.usage += admitted
-		ks.denied += denied
 	}
 }
 

@@ -482,15 +482,24 @@ func (e *redisEm) reply(v float64) string {
 // numString is Redis 7.0's rendering of a Lua number passed to a command
 // (%.17g), which is also how the emulated hashes render their fields.
 func numString(v float64) string {
-	switch {
-	case math.IsInf(v, 1):
-		return "inf"
-	case math.IsInf(v, -1):
-		return "-inf"
-	case math.IsNaN(v):
-		return "nan"
+	if s, ok := cSpecial(v); ok {
+		return s
 	}
 	return strconv.FormatFloat(v, 'g', 17, 64) // C's %.17g
+}
+
+// cSpecial is how C's printf renders infinities and NaN, which Go's
+// formatting spells otherwise.
+func cSpecial(v float64) (string, bool) {
+	switch {
+	case math.IsInf(v, 1):
+		return "inf", true
+	case math.IsInf(v, -1):
+		return "-inf", true
+	case math.IsNaN(v):
+		return "nan", true
+	}
+	return "", false
 }
 
 // canonical parses s if numString renders it back unchanged.
@@ -516,13 +525,8 @@ func luaToString(L *glua.LState) int {
 }
 
 func lua51Number(v float64) string {
-	switch {
-	case math.IsInf(v, 1):
-		return "inf"
-	case math.IsInf(v, -1):
-		return "-inf"
-	case math.IsNaN(v):
-		return "nan"
+	if s, ok := cSpecial(v); ok {
+		return s
 	}
 	return fmt.Sprintf("%.14g", v)
 }
