@@ -230,6 +230,8 @@ func (s *Server) StreamRateLimitQuotas(ss rlqsv3.RateLimitQuotaService_StreamRat
 		select {
 		case <-s.draining:
 			return errDraining
+		case <-ctx.Done(): // the client went; the receiver may have left first
+			return ctx.Err()
 		case err := <-errc:
 			if errors.Is(err, io.EOF) {
 				return nil
