@@ -6,9 +6,12 @@
 --
 -- KEYS[1]  the bucket key (the exact path's and the leases' token bucket).
 -- KEYS[2]  the bucket's parts hash (same hash tag): one field per node,
---          'exp|demand|held|...' (exp in µs of Redis TIME), and the field
+--          'exp|at|spend|demand|held|...' (exp and at, the node's last
+--          settlement, in µs of Redis TIME; spend, the tokens/s it charges
+--          at until its next), and the field
 --          '~lease' with the last measurement of the leases' use.
--- ARGV     limit, period_ms, burst (0 = limit), node, usage, ttl_ms,
+-- ARGV     limit, period_ms, burst (0 = limit), node, usage (tokens,
+--          negative for a refund), ttl_ms,
 --          horizon_ms, then 4 values per consumer of this node:
 --            demand  its offered rate, tokens/s
 --            held    the part it holds now (sent, still live), tokens/s
@@ -16,7 +19,8 @@
 --            now     1 if the node answers it with this settlement (its
 --                    held part is replaced at once), else 0
 --
--- usage (tokens its clients admitted since the node's last settlement)
+-- usage (tokens its clients admitted since the node's last settlement,
+-- as the node estimates it between their reports and corrects with them)
 -- is taken from the bucket after the fact, so the bucket may run into
 -- debt: tokens go negative, down to -(burst + rate * horizon) at most
 -- (what parts may spend beyond the bucket in one horizon; the floor keeps
@@ -49,9 +53,15 @@ if #ARGV < 7 or (#ARGV - 7) % 4 ~= 0 then
   return redis.error_reply('ERR allot: part.lua wants 7 ARGV and 4 per consumer, got ' .. #ARGV)
 end
 local limit, period_ms, burst = count(ARGV[1]), count(ARGV[2]), count(ARGV[3])
-local node, usage, ttl, horizon = ARGV[4], count(ARGV[5]), count(ARGV[6]), count(ARGV[7])
+local node, ttl, horizon = ARGV[4], count(ARGV[6]), count(ARGV[7])
+-- usage may be negative: a refund of tokens charged ahead of a report
+-- that showed fewer admitted.
+local usage = tonumber(ARGV[5])
+if usage and (usage ~= math.floor(usage) or math.abs(usage) > 9007199254740992) then
+  usage = nil
+end
 if not (limit and period_ms and burst and usage and ttl and horizon) then
-  return redis.error_reply('ERR allot: limit, period, burst, usage, TTL and horizon must be whole numbers in [0, 2^53] for key ' .. KEYS[1])
+  return redis.error_reply('ERR allot: limit, period, burst, TTL and horizon must be whole numbers in [0, 2^53], usage in [-2^53, 2^53], for key ' .. KEYS[1])
 end
 if limit == 0 or period_ms == 0 or horizon == 0 or node == '' or string.find(node, '|', 1, true) or string.sub(node, 1, 1) == '~' then
   return redis.error_reply('ERR allot: invalid limit, period, horizon or node name for key ' .. KEYS[1])
@@ -61,9 +71,6 @@ for i = 8, #ARGV, 4 do
   local d, h, w = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   if not (d and h and w) or d < 0 or h < 0 or w < 0 or d ~= d or h ~= h or w ~= w or d == math.huge or h == math.huge or w == math.huge then
     return redis.error_reply('ERR allot: a consumer\'s demand, held and want must be finite numbers >= 0 for key ' .. KEYS[1])
-  end
-  if ARGV[i + 3] == '1' then
-    h = 0 -- answered now: what it held is replaced by what it is granted
   end
   mine[#mine + 1] = { d = d, h = h, w = w, now = ARGV[i + 3] == '1' }
 end
@@ -86,14 +93,15 @@ if tokens == nil or ts == nil then
   tokens, ts = burst, now -- a missing bucket is full
 end
 -- The usage was spent over the time since the bucket was last written,
--- as it refilled, and other nodes report theirs for the same time later:
--- tokens are kept up to one horizon's refill past the burst, so that a
--- settlement of one node's usage does not cap away the refill that pays
--- for another's. Only the burst counts towards avail; the scripts that
--- refill (refill in common.lua) cap the surplus at the burst.
+-- as it refilled, and every node charges its clients' each second
+-- (internal/rlqs, settleEvery): tokens are kept up to a second's refill
+-- past the burst, so that one node's charge does not cap away the refill
+-- that pays for another's charge a moment later. Only the burst counts
+-- towards avail; the scripts that refill (refill in common.lua) cap the
+-- surplus at the burst. The debt floor is what parts may spend beyond
+-- the bucket in one horizon.
 local h_s = horizon / 1000
-local slack = rate * h_s
-tokens = math.max(math.min(burst + slack, tokens + math.max(now - ts, 0) * rate / 1e6 - usage), -(burst + slack))
+tokens = math.max(math.min(burst + rate, tokens + math.max(now - ts, 0) * rate / 1e6 - usage), -(burst + rate * h_s))
 ts = math.max(ts, now)
 -- The bucket lives as long as the record: usage is charged as spent
 -- since the bucket's last write, so a bucket that expired between two
@@ -156,7 +164,15 @@ end
 -- real time what the bucket holds, so while they are active they are
 -- the ones a debt holds back, and the parts split the rate; without
 -- them, the parts shrink until it is repaid.
+-- Every other node charges its clients each second for the second past:
+-- what they are taken to have spent since (at their rate, 'spend') is
+-- not charged yet, but counts here, so that every node splits by the
+-- same tokens whatever the phase of its settlements against the others'.
 local held_tokens = tokens
+for _, f in ipairs(names) do
+  local fs = others[f]
+  held_tokens = held_tokens - (fs[3] or 0) * math.min(math.max(now - (fs[2] or now), 0), 2000000) / 1e6
+end
 if held_tokens < 0 and (lrate > 0 or lunmet == 1) then
   held_tokens = 0
 end
@@ -166,7 +182,7 @@ local avail = math.min(math.max(rate + held_tokens / h_s, 0), rate + burst / h_s
 local room = avail
 for _, f in ipairs(names) do
   local fs = others[f]
-  for i = 3, #fs, 2 do
+  for i = 5, #fs, 2 do
     room = room - fs[i]
   end
 end
@@ -185,20 +201,28 @@ local scale = 1
 if grow > room then
   scale = math.max(room, 0) / grow
 end
-local grants, record = {}, { fmt(now + ttl * 1000) }
+local grants, record, spend = {}, {}, 0
 for i, c in ipairs(mine) do
   local g = c.w
   if c.w > c.h then
     g = c.h + (c.w - c.h) * scale
   end
   grants[i] = g
-  record[#record + 1] = string.format('%.17g', c.d)
-  if c.now then
-    record[#record + 1] = string.format('%.17g', g)
-  else
-    record[#record + 1] = string.format('%.17g', math.max(g, c.h))
+  local p = g
+  if not c.now then
+    p = math.max(g, c.h)
   end
+  -- What the client spends at until its next answer: its new part if
+  -- answered now, else what it holds (internal/rlqs charges the same).
+  if c.now then
+    spend = spend + math.min(g, c.d)
+  else
+    spend = spend + math.min(c.h, c.d)
+  end
+  record[#record + 1] = string.format('%.17g', c.d)
+  record[#record + 1] = string.format('%.17g', p)
 end
+record = table.concat({ fmt(now + ttl * 1000), fmt(now), string.format('%.17g', spend), table.concat(record, '|') }, '|')
 
 -- Writes, after every check above.
 redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', fmt(ts))
@@ -207,7 +231,7 @@ if #dead > 0 then
   redis.call('HDEL', KEYS[2], unpack(dead))
 end
 if #mine > 0 then
-  redis.call('HSET', KEYS[2], node, table.concat(record, '|'))
+  redis.call('HSET', KEYS[2], node, record)
 else
   redis.call('HDEL', KEYS[2], node)
 end
@@ -222,7 +246,7 @@ for _, g in ipairs(grants) do
 end
 for _, f in ipairs(names) do
   local fs = others[f]
-  for i = 2, #fs, 2 do
+  for i = 4, #fs, 2 do
     reply[#reply + 1] = string.format('%.17g', fs[i])
   end
 end

@@ -24,7 +24,8 @@ type Consumer struct {
 
 // Settlement is one node's settlement of one region bucket's RLQS parts
 // (lua/part.lua): Usage tokens its clients admitted since the last one
-// are charged to the bucket, and its consumers are published for TTL.
+// are charged to the bucket (negative: refunded, for usage charged ahead
+// of a report that showed less), and its consumers are published for TTL.
 type Settlement struct {
 	Key       string
 	Spec      algorithm.Spec
@@ -67,7 +68,7 @@ func (s *Store) Settle(ctx context.Context, items []Settlement) ([]Settled, erro
 		if err := checkSpec(it.Key, it.Spec); err != nil {
 			return nil, fmt.Errorf("region: settle: %w", err)
 		}
-		if it.Usage < 0 || it.TTL < time.Millisecond || it.Horizon < time.Millisecond || it.Node == "" {
+		if it.TTL < time.Millisecond || it.Horizon < time.Millisecond || it.Node == "" {
 			return nil, fmt.Errorf("region: settle %q: usage %d, TTL %v, horizon %v, node %q", it.Key, it.Usage, it.TTL, it.Horizon, it.Node)
 		}
 		keys[i] = []string{it.Key, PartsKey(it.Key)}

@@ -78,13 +78,41 @@ func TestSettleChargesSplitsAndBounds(t *testing.T) {
 	assert.Greater(t, ttl, time.Duration(0))
 }
 
+// A node charges its clients' use ahead of their reports (estimated) and
+// refunds, as negative usage, what a report shows they did not admit.
+func TestSettleRefundsUsageChargedAhead(t *testing.T) {
+	s := single(t)
+	it := region.Settlement{Key: "rl:{tenant=r}:p:l", Spec: tb(100, time.Hour, 0), Node: "a", TTL: 10 * time.Second, Horizon: time.Hour, Usage: 30}
+	assert.Equal(t, int64(70), settle1(t, s, it).Tokens)
+	it.Usage = -10
+	assert.Equal(t, int64(80), settle1(t, s, it).Tokens, "refunded")
+	it.Usage = -1000
+	assert.Equal(t, int64(100), settle1(t, s, it).Tokens, "a refund fills the bucket no further than its burst (and a second's refill, not shown)")
+}
+
+// A node reads another's clients as spending since that node's last
+// settlement at the rate it charges them, so that nodes whose
+// settlements come at different phases split by the same tokens.
+func TestSettleCountsOtherNodesSpendSinceTheirSettlement(t *testing.T) {
+	s := single(t)
+	base := region.Settlement{Key: "rl:{tenant=s}:p:l", Spec: tb(100, time.Hour, 0), TTL: 10 * time.Second, Horizon: time.Second}
+	a, b := base, base
+	a.Node, b.Node = "a", "b"
+	a.Consumers = []region.Consumer{{Demand: 1e6, Held: 1e5, Want: 1e5, Now: true}}
+	r := settle1(t, s, a)
+	assert.InDelta(t, 100, r.Avail, 1, "a: the burst over a 1 s horizon")
+	time.Sleep(20 * time.Millisecond) // Redis TIME moves on: a's clients spend 2,000 tokens meanwhile
+	b.Consumers = []region.Consumer{{Demand: 5, Held: 0, Want: 5}}
+	r = settle1(t, s, b)
+	assert.Zero(t, r.Avail, "b counts what a's clients spent since a settled: the bucket is empty")
+}
+
 func TestSettleRefusesBadArguments(t *testing.T) {
 	s := single(t)
 	ok := region.Settlement{Key: "rl:{t}:p:l", Spec: tb(10, time.Second, 0), Node: "n", TTL: time.Second, Horizon: time.Second}
 	for name, mod := range map[string]func(*region.Settlement){
-		"negative usage": func(it *region.Settlement) { it.Usage = -1 },
-		"no node":        func(it *region.Settlement) { it.Node = "" },
-		"no TTL":         func(it *region.Settlement) { it.TTL = 0 },
+		"no node": func(it *region.Settlement) { it.Node = "" },
+		"no TTL":  func(it *region.Settlement) { it.TTL = 0 },
 	} {
 		it := ok
 		mod(&it)

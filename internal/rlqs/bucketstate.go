@@ -67,7 +67,7 @@ func (st *stream) note(b *bucket, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuo
 			b.cons[k.Key] = c
 		}
 		s.split.join(k, c, b.demand*float64(g.Cost), st.interval)
-		s.split.use(k.Key, allowed*g.Cost)
+		s.split.use(k.Key, c, allowed*g.Cost, now)
 		if k.Global {
 			s.cfg.Decider.QuotaUsage(k.Key, allowed*g.Cost, denied*g.Cost)
 		}

@@ -33,7 +33,7 @@ const (
 	// hysteresis is how far a consumer's fair part may move before it is
 	// sent a new strategy: within it the strategy is sent byte-identical,
 	// so Envoy keeps its bucket and the tokens in it.
-	hysteresis = 0.1
+	hysteresis = 0.05
 	// floorFraction of the equal split is every live consumer's floor, so
 	// an idle bucket is not denied for being idle.
 	floorFraction = 0.1
@@ -55,6 +55,30 @@ type consumer struct {
 	want     float64 // its fair part at the last settlement
 	ready    bool    // a settlement has granted it a part
 	now      bool    // answered by the report being settled
+	// accrued is what the settlements since its last report charged for
+	// it, estimated (accrue), until accruedAt; its next report charges the
+	// difference to what it admitted.
+	accrued   float64
+	accruedAt time.Time
+}
+
+// accrue charges ks for what c is taken to have admitted since it was
+// last charged: at the rate of its part, or of its demand if smaller.
+// Clients report every few seconds; charging only then would leave the
+// bucket seconds behind what its consumers spend, and the split, which
+// reads the bucket's tokens, would swing with each report.
+func (ks *keyState) accrue(c *consumer, now time.Time) {
+	if c.accruedAt.IsZero() || !now.After(c.accruedAt) {
+		return
+	}
+	r := c.held(now)
+	if c.gone {
+		r = 0
+	}
+	est := min(r, finite(c.demand, r)) * now.Sub(c.accruedAt).Seconds()
+	c.accrued += est
+	ks.usage += est
+	c.accruedAt = now
 }
 
 // held is the part the client may still spend at now.
@@ -70,8 +94,9 @@ type keyState struct {
 	key  decide.QuotaKey
 	cons map[*consumer]struct{}
 	// usage is the tokens this node's clients admitted since the last
-	// settlement, charged then.
-	usage int64
+	// settlement (or were taken to, accrue), charged then; negative when
+	// a report showed fewer than were charged for it.
+	usage float64
 	last  time.Time // the last settlement; zero: never
 	// view is the last settlement's answer: what the next fair split
 	// starts from.
@@ -125,12 +150,14 @@ func (s *splitter) leave(key string, c *consumer) {
 	}
 }
 
-// use records what a report says its client admitted of key (tokens).
-func (s *splitter) use(key string, admitted int64) {
+// use records what a report says c's client admitted of key (tokens)
+// since its last report, less what settlements have charged for it since.
+func (s *splitter) use(key string, c *consumer, admitted int64, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ks := s.keys[key]; ks != nil {
-		ks.usage += admitted
+		ks.usage += float64(admitted) - c.accrued
+		c.accrued, c.accruedAt = 0, now
 	}
 }
 
@@ -164,17 +191,20 @@ func (s *splitter) settle(ctx context.Context, now time.Time, keys []string, ans
 		ks.last = now
 		ks.inflight = make(chan struct{})
 		cs := ks.prune(now)
+		for _, c := range cs {
+			ks.accrue(c, now)
+		}
 		wants := ks.wants(now, cs)
 		// The record (and the bucket) live past the next report of the
 		// slowest consumer, whose answer renews the parts.
-		it := region.Settlement{Key: k, Spec: ks.key.Spec, Node: s.node, Usage: ks.usage, TTL: 3 * settleEvery, Horizon: minHorizon}
+		it := region.Settlement{Key: k, Spec: ks.key.Spec, Node: s.node, Usage: int64(math.Round(ks.usage)), TTL: 3 * settleEvery, Horizon: minHorizon}
 		for i, c := range cs {
 			c.want = wants[i]
 			it.Consumers = append(it.Consumers, region.Consumer{Demand: finite(c.demand, ks.avail), Held: c.held(now), Want: wants[i], Now: c.now})
 			it.TTL = max(it.TTL, c.until.Sub(now)+settleEvery, 2*c.interval+settleEvery)
 			it.Horizon = max(it.Horizon, c.interval)
 		}
-		ks.usage = 0
+		ks.usage -= float64(it.Usage) // the rounding is charged next time
 		items = append(items, it)
 		due = append(due, ks)
 		order = append(order, cs)
@@ -196,7 +226,7 @@ func (s *splitter) settle(ctx context.Context, now time.Time, keys []string, ans
 			close(ks.inflight)
 			ks.inflight = nil
 			if r.Err != nil {
-				ks.usage += items[i].Usage // charged next time
+				ks.usage += float64(items[i].Usage) // charged next time
 				ks.err = r.Err
 				continue
 			}
@@ -265,7 +295,10 @@ func (ks *keyState) prune(now time.Time) []*consumer {
 func (ks *keyState) wants(now time.Time, cs []*consumer) []float64 {
 	avail := ks.avail
 	if !ks.settled {
-		avail = ks.key.Spec.Rate()
+		// Before the first settlement: the most the bucket can give (its
+		// burst over the shortest horizon); part.lua grants only the room
+		// there is.
+		avail = ks.key.Spec.Rate() + float64(ks.key.Spec.Capacity())/minHorizon.Seconds()
 	}
 	ds := make([]rebalance.Demand, 0, len(ks.others)+len(cs)+1)
 	for _, d := range ks.others {
