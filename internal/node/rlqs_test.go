@@ -338,10 +338,12 @@ policies:
 	r, c := viaRLQS.sum(0, run), viaCheck.sum(0, run)
 	ideal := idealTier(200, run)
 	t.Logf("RLQS admitted %d, CheckRateLimit %d (%.3f), the ideal buckets %.0f (RLQS %.3f)", r, c, float64(r)/float64(c), ideal, float64(r)/ideal)
-	// The three ideal buckets, and CheckRateLimit's leases (which stray
-	// a few percent from them either way), are the references.
+	// The reference is the three ideal buckets, which an exact policy's
+	// CheckRateLimit admits to within a token: on this leased policy
+	// CheckRateLimit's leases stray from them by up to 9 % either way
+	// (0.91-1.04 in the runs of docs/performance.md, "RLQS"; issue 44's
+	// fresh-burst point), so it is logged, not asserted.
 	assert.InDelta(t, 1, float64(r)/ideal, 0.05)
-	assert.InDelta(t, 1, float64(r)/float64(c), 0.05, "within 5 %% of what CheckRateLimit admits")
 }
 
 // idealTier is what the tier's three buckets, full at the start, admit
@@ -484,7 +486,10 @@ func TestRLQSStreamsEndWhenTheNodeDrains(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- n.Shutdown(context.Background(), drain, 5*time.Second) }()
 	for _, s := range streams {
-		_, err := s.Recv()
+		var err error
+		for err == nil { // updates of a part may come first
+			_, err = s.Recv()
+		}
 		assert.Equal(t, codes.Unavailable, status.Code(err))
 	}
 	assert.Less(t, time.Since(start), drain, "every stream ended at the drain's start")

@@ -27,6 +27,7 @@ type bucket struct {
 	grant  decide.Grant
 	cons   map[string]*consumer // region key -> this bucket's claim on it
 	sent   *sent
+	pid    *rlqsv3.BucketId // as the client last named it, for updates
 }
 
 // note updates b from a report of it: its demand, its usage (charged to
@@ -63,7 +64,7 @@ func (st *stream) note(b *bucket, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuo
 		keep[k.Key] = true
 		c := b.cons[k.Key]
 		if c == nil {
-			c = &consumer{seq: s.seq.Add(1)}
+			c = &consumer{seq: s.seq.Add(1), moved: st.moved}
 			b.cons[k.Key] = c
 		}
 		s.split.join(k, c, b.demand*float64(g.Cost), st.interval)

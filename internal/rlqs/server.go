@@ -114,6 +114,9 @@ type Config struct {
 	Log *slog.Logger
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
+	// Ticks paces the settlement of every key with consumers; nil ticks
+	// once a second. A test on a virtual clock ticks it itself.
+	Ticks <-chan time.Time
 }
 
 // Server implements rlqsv3.RateLimitQuotaServiceServer.
@@ -155,7 +158,13 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, split: newSplitter(cfg.Node, cfg.Ledger), draining: make(chan struct{}), stop: stop, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		s.split.run(ctx, cfg.Now)
+		ticks := cfg.Ticks
+		if ticks == nil {
+			t := time.NewTicker(settleEvery)
+			defer t.Stop()
+			ticks = t.C
+		}
+		s.split.run(ctx, cfg.Now, ticks)
 	}()
 	return s
 }
@@ -201,7 +210,7 @@ func (s *Server) StreamRateLimitQuotas(ss rlqsv3.RateLimitQuotaService_StreamRat
 		s.refused.Add(1)
 		return status.Errorf(codes.ResourceExhausted, "rlqs: this node serves %d streams, its most; connect to another node", s.cfg.MaxStreams)
 	}
-	st := &stream{s: s, buckets: map[string]*bucket{}, interval: firstInterval}
+	st := &stream{s: s, buckets: map[string]*bucket{}, interval: firstInterval, moved: make(chan struct{}, 1)}
 	defer func() {
 		s.streams.Add(-1)
 		s.buckets.Add(-int64(len(st.buckets)))
@@ -245,6 +254,12 @@ func (s *Server) StreamRateLimitQuotas(ss rlqsv3.RateLimitQuotaService_StreamRat
 			if err := ss.Send(resp); err != nil {
 				return err
 			}
+		case <-st.moved:
+			if resp := st.update(ctx); resp != nil {
+				if err := ss.Send(resp); err != nil {
+					return err
+				}
+			}
 		}
 	}
 }
@@ -255,6 +270,7 @@ type stream struct {
 	domain   string
 	buckets  map[string]*bucket
 	interval time.Duration // the client's reporting interval, whole seconds
+	moved    chan struct{} // a settlement moved one of its parts
 }
 
 // ttl is how long an assignment lives, in whole seconds (Envoy reads
@@ -308,6 +324,7 @@ func (st *stream) report(ctx context.Context, msg *rlqsv3.RateLimitQuotaUsageRep
 		}
 		if !named[b] { // a bucket named twice in one report is answered once
 			named[b] = true
+			b.pid = u.GetBucketId()
 			jobs = append(jobs, job{b, u.GetBucketId()})
 			for _, k := range b.grant.Keys {
 				keys = append(keys, k.Key)
@@ -345,6 +362,37 @@ func (st *stream) report(ctx context.Context, msg *rlqsv3.RateLimitQuotaUsageRep
 		}
 	}
 	return resp, nil
+}
+
+// update answers, between reports, the buckets whose parts a settlement
+// moved past hysteresis from what was sent (RLQS lets the server send an
+// assignment at any time; Envoy applies it as it would an answer):
+// a part taken back reaches its client within a settlement, a second,
+// rather than at its next report, and so does the room it frees. Nil
+// when none moved.
+func (st *stream) update(ctx context.Context) *rlqsv3.RateLimitQuotaResponse {
+	now := st.s.cfg.Now()
+	var acts []*rlqsv3.RateLimitQuotaResponse_BucketAction
+	for _, b := range st.buckets {
+		if b.pid == nil || b.bad != nil || b.grant.Kind != decide.GrantParts {
+			continue
+		}
+		keys := make([]string, 0, len(b.grant.Keys))
+		for _, k := range b.grant.Keys {
+			keys = append(keys, k.Key)
+		}
+		rate, err := st.part(b, st.s.split.current(keys))
+		if err != nil || b.sent != nil && math.Abs(rate-b.sent.rate) <= hysteresis*b.sent.rate || b.sent == nil && rate <= 0 {
+			continue // a failed store is answered at the next report
+		}
+		a, _ := st.rate(b, b.pid, rate, now)
+		st.observe(ctx, Event{Kind: "rate", Rate: rate, PolicyID: b.grant.PolicyID})
+		acts = append(acts, a)
+	}
+	if len(acts) == 0 {
+		return nil
+	}
+	return &rlqsv3.RateLimitQuotaResponse{BucketAction: acts}
 }
 
 // maxUsages bounds one report's buckets.

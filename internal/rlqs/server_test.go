@@ -86,6 +86,11 @@ func serve(t *testing.T, cfg rlqs.Config) (rlqsv3.RateLimitQuotaServiceClient, *
 	if cfg.Keys == nil {
 		cfg.Keys = server.DefaultEnvoyKeys()
 	}
+	if cfg.Now != nil && cfg.Ticks == nil {
+		// On a virtual clock, settlements between reports are the test's
+		// to make (they send updates the test would read as answers).
+		cfg.Ticks = make(chan time.Time)
+	}
 	rs := rlqs.New(cfg)
 	t.Cleanup(rs.Close)
 	rlqsv3.RegisterRateLimitQuotaServiceServer(srv, rs)
@@ -152,7 +157,7 @@ func TestRateStrategyIsWholeSecondsAndKeptWhileThePartHolds(t *testing.T) {
 	assert.Equal(t, 7*time.Second, ttl, "Envoy's 5 s interval assumed until a report shows it, plus 2 s")
 	assert.Zero(t, tb.GetFillInterval().GetNanos(), "whole seconds: Envoy divides by ToInt64Seconds")
 	assert.GreaterOrEqual(t, tb.GetFillInterval().GetSeconds(), int64(1))
-	assert.InDelta(t, 1000, rateOf(tb), 10, "a lone consumer's part is the whole rate")
+	assert.InDelta(t, 1200, rateOf(tb), 12, "a lone consumer's part is all the bucket can give: its rate, and its burst over the 5 s horizon")
 
 	// The client spends about its part each second: the bucket drains
 	// to its rate, then the part holds and the bytes repeat.
@@ -172,6 +177,51 @@ func TestRateStrategyIsWholeSecondsAndKeptWhileThePartHolds(t *testing.T) {
 		prev = b
 	}
 	assert.GreaterOrEqual(t, same, 4, "the strategy repeats byte-identical while the part holds")
+}
+
+// A part that a settlement moves is sent between reports: the first
+// consumer's part shrinks as soon as a second one arrives, and the
+// second's grows at the next settlement into the room that frees.
+func TestMovedPartsAreSentBetweenReports(t *testing.T) {
+	clk := &clock{now: time.Unix(1e6, 0)}
+	ticks := make(chan time.Time)
+	c, _ := serve(t, rlqs.Config{Decider: &decider{grant: partsOf(1000)}, Ledger: ledger(t), Now: clk.Now, Ticks: ticks})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, err := c.StreamRateLimitQuotas(ctx)
+	require.NoError(t, err)
+	b, err := c.StreamRateLimitQuotas(ctx)
+	require.NoError(t, err)
+	id := map[string]string{"tenant": "acme"}
+	resp, err := roundTrip(t, a, "d", report(id, 0, 1, 0))
+	require.NoError(t, err)
+	st, _ := strategy(t, resp)
+	assert.InDelta(t, 1200, rateOf(st.GetTokenBucket()), 12, "alone: all the bucket can give")
+
+	// b arrives: its report waits for the key's next settlement, which
+	// leaves it no room while a holds everything, and halves a's fair
+	// part, sent to a at once.
+	clk.add(time.Second)
+	resp, err = roundTrip(t, b, "d", report(id, 0, 1, 0))
+	require.NoError(t, err)
+	require.Len(t, resp.BucketAction, 1)
+	pushed, err := a.Recv()
+	require.NoError(t, err)
+	st, _ = strategy(t, pushed)
+	ra := rateOf(st.GetTokenBucket())
+	assert.InDelta(t, 600, ra, 60, "a's part, taken back without waiting for its report")
+
+	// The next settlement sees a's smaller part and grows b's into it
+	// (how far depends on the bucket's tokens, which Redis refills on its
+	// own clock while this test's second is virtual).
+	clk.add(time.Second)
+	ticks <- clk.Now()
+	pushed, err = b.Recv()
+	require.NoError(t, err)
+	st, _ = strategy(t, pushed)
+	rb := rateOf(st.GetTokenBucket())
+	assert.Greater(t, rb, 0.0, "b's part, grown into the room a left")
+	assert.LessOrEqual(t, ra+rb, 1200*1.01, "the parts sent never sum past what the bucket can give")
 }
 
 // Two nodes split one region bucket by demand through its Redis.

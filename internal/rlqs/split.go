@@ -60,6 +60,23 @@ type consumer struct {
 	// difference to what it admitted.
 	accrued   float64
 	accruedAt time.Time
+	// moved wakes the stream that owns it when a settlement moves its
+	// part past hysteresis from what was sent (buffered, never blocks).
+	moved chan<- struct{}
+}
+
+// wake tells c's stream that its part moved, if it did.
+func (c *consumer) wake() {
+	if c.moved == nil || c.now || c.gone || !c.ready {
+		return
+	}
+	if c.sent == 0 && c.part == 0 || c.sent > 0 && math.Abs(c.part-c.sent) <= hysteresis*c.sent {
+		return
+	}
+	select {
+	case c.moved <- struct{}{}:
+	default: // already woken
+	}
 }
 
 // accrue charges ks for what c is taken to have admitted since it was
@@ -235,6 +252,7 @@ func (s *splitter) settle(ctx context.Context, now time.Time, keys []string, ans
 			ks.avail, ks.others, ks.leaseRate, ks.leaseUnmet = r.Avail, r.Others, r.LeaseRate, r.LeaseUnmet
 			for j, c := range order[i] {
 				c.part, c.ready = r.Parts[j], true
+				c.wake()
 			}
 		}
 		s.mu.Unlock()
@@ -338,6 +356,19 @@ func finite(d, all float64) float64 {
 	return max(d, 0)
 }
 
+// current is the last settlement of each of keys this node splits.
+func (s *splitter) current(keys []string) map[string]*keyState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]*keyState, len(keys))
+	for _, k := range keys {
+		if ks := s.keys[k]; ks != nil {
+			out[k] = ks
+		}
+	}
+	return out
+}
+
 // count is how many of this node's consumers the first of keys has.
 func (s *splitter) count(keys []decide.QuotaKey) int {
 	if len(keys) == 0 {
@@ -405,14 +436,12 @@ func (s *splitter) waitFor(now time.Time, cs []*consumer, keys []string) time.Du
 // that the records every node splits by are at most a second old, parts
 // taken back are seen by the other nodes within a second, and room for a
 // consumer's growth is reserved before its next report.
-func (s *splitter) run(ctx context.Context, now func() time.Time) {
-	t := time.NewTicker(settleEvery)
-	defer t.Stop()
+func (s *splitter) run(ctx context.Context, now func() time.Time, ticks <-chan time.Time) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-ticks:
 		}
 		s.mu.Lock()
 		keys := make([]string, 0, len(s.keys))
