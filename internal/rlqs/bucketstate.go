@@ -24,10 +24,13 @@ type bucket struct {
 	demand float64
 	seen   bool // a report of it was answered
 	zeros  int  // reports in a row with time_elapsed under 1 s, after the first
-	grant  decide.Grant
-	cons   map[string]*consumer // region key -> this bucket's claim on it
-	sent   *sent
-	pid    *rlqsv3.BucketId // as the client last named it, for updates
+	// idleSince is the first of the reports in a row that showed no
+	// request; zero while requests come.
+	idleSince time.Time
+	grant     decide.Grant
+	cons      map[string]*consumer // region key -> this bucket's claim on it
+	sent      *sent
+	pid       *rlqsv3.BucketId // as the client last named it, for updates
 }
 
 // note updates b from a report of it: its demand, its usage (charged to
@@ -57,6 +60,11 @@ func (st *stream) note(b *bucket, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuo
 		}
 	}
 	b.seen = true
+	if allowed+denied > 0 {
+		b.idleSince = time.Time{}
+	} else if b.idleSince.IsZero() {
+		b.idleSince = now
+	}
 	g := s.cfg.Decider.Quota(&b.req)
 	b.grant = g
 	keep := make(map[string]bool, len(g.Keys))

@@ -80,8 +80,9 @@ const (
 type Event struct {
 	// Kind is rate (a token bucket of the bucket's part), same (the
 	// same strategy again), allow_all, deny_all, local, abandon (an exact
-	// policy's bucket, for an RPCDomain client), overflow (past the
-	// stream's bucket cap: denied) or invalid (a bad bucket id).
+	// policy's bucket, for an RPCDomain client), release (idle, abandoned
+	// to make room), overflow (past the stream's bucket cap: denied) or
+	// invalid (a bad bucket id).
 	Kind     string
 	Rate     float64 // requests/s, for rate and same
 	PolicyID string
@@ -354,6 +355,15 @@ func (st *stream) report(ctx context.Context, msg *rlqsv3.RateLimitQuotaUsageRep
 		if j.b == nil {
 			st.observe(ctx, Event{Kind: "overflow"})
 			a = blanket(j.id, typev3.RateLimitStrategy_DENY_ALL, st.ttl())
+		} else if st.releasable(j.b, now) {
+			st.observe(ctx, Event{Kind: "release"})
+			a = &rlqsv3.RateLimitQuotaResponse_BucketAction{
+				BucketId:     j.id,
+				BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}},
+			}
+			j.b.leave(s.split)
+			delete(st.buckets, j.b.id)
+			s.buckets.Add(-1)
 		} else {
 			a = st.assign(ctx, j.b, j.id, states, now)
 		}
@@ -362,6 +372,21 @@ func (st *stream) report(ctx context.Context, msg *rlqsv3.RateLimitQuotaUsageRep
 		}
 	}
 	return resp, nil
+}
+
+// idleRelease is how long a bucket's reports must show no request before
+// it may be released (ARCHITECTURE.md, "Fixed settings").
+const idleRelease = time.Minute
+
+// releasable says whether b is released (abandoned: the client forgets
+// it, and a request of it later makes a new bucket) with this answer:
+// when it has been idle for idleRelease and its stream holds more than
+// half its cap of buckets. Only then: a released bucket's next request is
+// decided by the client's no_assignment_behavior until its first answer
+// (DENY_ALL denies it), so a caller that comes back every few minutes to
+// a stream with room is not made to pay for it.
+func (st *stream) releasable(b *bucket, now time.Time) bool {
+	return !b.idleSince.IsZero() && now.Sub(b.idleSince) >= idleRelease && 2*len(st.buckets) > st.s.cfg.MaxBuckets
 }
 
 // update answers, between reports, the buckets whose parts a settlement

@@ -382,6 +382,53 @@ func TestBucketsPastTheCapAreDeniedAndTheStreamLives(t *testing.T) {
 	assert.Len(t, resp.BucketAction, 1)
 }
 
+// Buckets idle for a minute are released (abandoned) while their stream
+// holds more than half its cap, so rotating ids do not fill it with
+// dead ones; below half, idle buckets stay and are never denied.
+func TestIdleBucketsAreReleasedToMakeRoom(t *testing.T) {
+	clk := &clock{now: time.Unix(1e6, 0)}
+	c, rs := serve(t, rlqs.Config{Decider: &decider{grant: decide.Grant{Kind: decide.GrantAllowAll}}, MaxBuckets: 4, Now: clk.Now})
+	s, err := c.StreamRateLimitQuotas(context.Background())
+	require.NoError(t, err)
+	ids := []map[string]string{{"tenant": "0"}, {"tenant": "1"}, {"tenant": "2"}, {"tenant": "3"}}
+	all := func(elapsed time.Duration, allowed uint64, busy bool) []*usage {
+		us := make([]*usage, len(ids))
+		for i, id := range ids {
+			n := allowed
+			if busy && i == 0 {
+				n = 1
+			}
+			us[i] = report(id, elapsed, n, 0)
+		}
+		return us
+	}
+	_, err = roundTrip(t, s, "d", all(0, 1, false)...)
+	require.NoError(t, err)
+	clk.add(30 * time.Second)
+	resp, err := roundTrip(t, s, "", all(30*time.Second, 0, true)...)
+	require.NoError(t, err)
+	for _, a := range resp.BucketAction {
+		assert.Nil(t, a.GetAbandonAction(), "idle for less than a minute")
+	}
+	clk.add(65 * time.Second)
+	resp, err = roundTrip(t, s, "", all(65*time.Second, 0, true)...)
+	require.NoError(t, err)
+	released := 0
+	for _, a := range resp.BucketAction {
+		if a.GetAbandonAction() != nil {
+			released++
+			assert.NotEqual(t, "0", a.GetBucketId().GetBucket()["tenant"], "a busy bucket is kept")
+		}
+	}
+	assert.Equal(t, 2, released, "released down to half the cap")
+	_, buckets, _ := rs.Open()
+	assert.Equal(t, int64(2), buckets)
+	resp, err = roundTrip(t, s, "", report(map[string]string{"tenant": "new"}, 0, 1, 0))
+	require.NoError(t, err)
+	st, _ := strategy(t, resp)
+	assert.Equal(t, typev3.RateLimitStrategy_ALLOW_ALL, st.GetBlanketRule(), "a new id fits")
+}
+
 // Drain ends open streams at once and refuses new ones; past the stream
 // cap a stream is refused.
 func TestDrainAndStreamCap(t *testing.T) {
