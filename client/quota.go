@@ -394,7 +394,8 @@ func sameStrategy(a, b *typev3.RateLimitStrategy) bool {
 
 // apply installs a response's assignments: as Envoy's filter does, a
 // strategy the same as the bucket's (sameStrategy) only extends the TTL,
-// another replaces the bucket (full), and abandon forgets the key (it is checked by RPC again, for
+// another replaces the bucket (with the old one's ratio of tokens left),
+// and abandon forgets the key (it is checked by RPC again, for
 // unbatchableFor without being counted).
 func (q *quota) apply(resp *rlqsv3.RateLimitQuotaResponse) {
 	now := q.now()
@@ -444,9 +445,19 @@ func (q *quota) apply(resp *rlqsv3.RateLimitQuotaResponse) {
 					rate = per / float64(secs)
 				}
 				kind = kindBucket
-				b.local.Lock()
-				b.local.max, b.local.rate, b.local.tokens, b.local.last = float64(tb.GetMaxTokens()), rate, float64(tb.GetMaxTokens()), now
-				b.local.Unlock()
+				mx := float64(tb.GetMaxTokens())
+				l := &b.local
+				l.Lock()
+				// As Envoy (createTokenBucketFromAction): a bucket that
+				// replaces one starts with the old one's ratio of tokens
+				// left, in whole tokens; a first one starts full.
+				start := mx
+				if b.kind.Load() == kindBucket && b.expires.Load() > now && l.max > 0 {
+					left := min(l.max, l.tokens+float64(now-l.last)/1e9*l.rate)
+					start = min(mx, math.Floor(mx*max(left, 0)/l.max))
+				}
+				l.max, l.rate, l.tokens, l.last = mx, rate, start, now
+				l.Unlock()
 			}
 			b.kind.Store(kind)
 		}
