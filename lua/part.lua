@@ -11,13 +11,12 @@
 --          at until its next), and the field
 --          '~lease' with the last measurement of the leases' use.
 -- ARGV     limit, period_ms, burst (0 = limit), node, usage (tokens,
---          negative for a refund), ttl_ms,
---          horizon_ms, then 4 values per consumer of this node:
+--          negative for a refund), ttl_ms, horizon_ms, hysteresis (a
+--          fraction), then 3 values per consumer of this node:
 --            demand  its offered rate, tokens/s
 --            held    the part it holds now (sent, still live), tokens/s
---            want    the part the node means to send it, tokens/s
---            now     1 if the node answers it with this settlement (its
---                    held part is replaced at once), else 0
+--            share   its fair share of avail, in [0, 1]; -1 keeps held
+--          The node sends every part granted as soon as this returns.
 --
 -- usage (tokens its clients admitted since the node's last settlement,
 -- as the node estimates it between their reports and corrects with them)
@@ -32,9 +31,9 @@
 -- The parts the node may send sum, with every other node's live parts,
 -- to at most avail, the rate the bucket can give over the next horizon:
 -- rate + tokens / horizon, between 0 and rate + burst / horizon. A part
--- that shrinks is granted as asked; those that grow share the room left
--- under avail by every part held (the larger of held and granted is
--- recorded) in proportion to their growth, so parts already sent never
+-- that shrinks is granted as asked (and recorded so: the node sends it
+-- at once); those that grow share the room left under avail by every
+-- part held in proportion to their growth, so parts already sent never
 -- sum past it.
 --
 -- The leases' use (the bucket's 'granted' and 'wanted' counters, which
@@ -49,8 +48,12 @@
 -- now, fmt, ttl_arg, ttl_error, count, extend_ttl, tb_rate and tb_ttl
 -- come from common.lua, which lua.go prepends.
 
-if #ARGV < 7 or (#ARGV - 7) % 4 ~= 0 then
-  return redis.error_reply('ERR allot: part.lua wants 7 ARGV and 4 per consumer, got ' .. #ARGV)
+if #ARGV < 8 or (#ARGV - 8) % 3 ~= 0 then
+  return redis.error_reply('ERR allot: part.lua wants 8 ARGV and 3 per consumer, got ' .. #ARGV)
+end
+local hyst = tonumber(ARGV[8])
+if not hyst or hyst < 0 or hyst > 1 then
+  return redis.error_reply('ERR allot: hysteresis must be in [0, 1] for key ' .. KEYS[1])
 end
 local limit, period_ms, burst = count(ARGV[1]), count(ARGV[2]), count(ARGV[3])
 local node, ttl, horizon = ARGV[4], count(ARGV[6]), count(ARGV[7])
@@ -67,12 +70,12 @@ if limit == 0 or period_ms == 0 or horizon == 0 or node == '' or string.find(nod
   return redis.error_reply('ERR allot: invalid limit, period, horizon or node name for key ' .. KEYS[1])
 end
 local mine = {}
-for i = 8, #ARGV, 4 do
-  local d, h, w = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
-  if not (d and h and w) or d < 0 or h < 0 or w < 0 or d ~= d or h ~= h or w ~= w or d == math.huge or h == math.huge or w == math.huge then
-    return redis.error_reply('ERR allot: a consumer\'s demand, held and want must be finite numbers >= 0 for key ' .. KEYS[1])
+for i = 9, #ARGV, 3 do
+  local d, h, f = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  if not (d and h and f) or d < 0 or h < 0 or d ~= d or h ~= h or d == math.huge or h == math.huge or not (f == -1 or (f >= 0 and f <= 1)) then
+    return redis.error_reply('ERR allot: a consumer\'s demand and held must be finite numbers >= 0, its share in [0, 1] or -1, for key ' .. KEYS[1])
   end
-  mine[#mine + 1] = { d = d, h = h, w = w, now = ARGV[i + 3] == '1' }
+  mine[#mine + 1] = { d = d, h = h, f = f }
 end
 if burst == 0 then
   burst = limit
@@ -93,15 +96,17 @@ if tokens == nil or ts == nil then
   tokens, ts = burst, now -- a missing bucket is full
 end
 -- The usage was spent over the time since the bucket was last written,
--- as it refilled, and every node charges its clients' each second
--- (internal/rlqs, settleEvery): tokens are kept up to a second's refill
--- past the burst, so that one node's charge does not cap away the refill
--- that pays for another's charge a moment later. Only the burst counts
--- towards avail; the scripts that refill (refill in common.lua) cap the
--- surplus at the burst. The debt floor is what parts may spend beyond
--- the bucket in one horizon.
+-- as it refilled, and every node charges its clients' once per horizon
+-- at most for the time since its last settlement: tokens are kept up to
+-- a horizon's refill past the burst, so that one node's charge does not
+-- cap away the refill that pays for another's later charge (what the
+-- others' clients spent meanwhile counts against avail below). Only the
+-- burst counts towards avail; the scripts that refill (refill in
+-- common.lua) cap the surplus at the burst. The debt floor is what parts
+-- may spend beyond the bucket in one horizon.
 local h_s = horizon / 1000
-tokens = math.max(math.min(burst + rate, tokens + math.max(now - ts, 0) * rate / 1e6 - usage), -(burst + rate * h_s))
+local slack = rate * h_s
+tokens = math.max(math.min(burst + slack, tokens + math.max(now - ts, 0) * rate / 1e6 - usage), -(burst + slack))
 ts = math.max(ts, now)
 -- The bucket lives as long as the record: usage is charged as spent
 -- since the bucket's last write, so a bucket that expired between two
@@ -164,19 +169,32 @@ end
 -- real time what the bucket holds, so while they are active they are
 -- the ones a debt holds back, and the parts split the rate; without
 -- them, the parts shrink until it is repaid.
--- Every other node charges its clients each second for the second past:
--- what they are taken to have spent since (at their rate, 'spend') is
--- not charged yet, but counts here, so that every node splits by the
--- same tokens whatever the phase of its settlements against the others'.
+-- Every other node charges its clients at its settlements for the time
+-- since its last: what they are taken to have spent since (at the rate
+-- it recorded, 'spend', for a horizon at most) is not charged yet, but
+-- counts here, so that every node splits by the same tokens whatever the
+-- phase of its settlements against the others'.
 local held_tokens = tokens
 for _, f in ipairs(names) do
   local fs = others[f]
-  held_tokens = held_tokens - (fs[3] or 0) * math.min(math.max(now - (fs[2] or now), 0), 2000000) / 1e6
+  held_tokens = held_tokens - (fs[3] or 0) * math.min(math.max(now - (fs[2] or now), 0), horizon * 1000) / 1e6
 end
 if held_tokens < 0 and (lrate > 0 or lunmet == 1) then
   held_tokens = 0
 end
 local avail = math.min(math.max(rate + held_tokens / h_s, 0), rate + burst / h_s)
+
+-- Each consumer's fair part is its share of avail as it is now; within
+-- the hysteresis of what it holds, it keeps that (its strategy is sent
+-- again unchanged), as it does with a share of -1 (a stream that ended,
+-- whose part stays reserved until its assignment's TTL).
+for _, c in ipairs(mine) do
+  local w = c.f * avail
+  if c.f < 0 or (c.h > 0 and math.abs(w - c.h) <= hyst * c.h) then
+    w = c.h
+  end
+  c.w = w
+end
 
 
 local room = avail
@@ -186,12 +204,11 @@ for _, f in ipairs(names) do
     room = room - fs[i]
   end
 end
+-- This node's parts that shrink are sent as soon as this returns: what
+-- they give up is room now.
 for _, c in ipairs(mine) do
-  room = room - c.h
+  room = room - math.min(c.h, c.w)
 end
--- A part that shrinks is recorded at what the client holds until the
--- node has sent the smaller one (held then shows it), unless the node
--- sends it with this settlement.
 -- Growth shares the room in proportion to what each consumer asks more.
 local grow = 0
 for _, c in ipairs(mine) do
@@ -208,19 +225,11 @@ for i, c in ipairs(mine) do
     g = c.h + (c.w - c.h) * scale
   end
   grants[i] = g
-  local p = g
-  if not c.now then
-    p = math.max(g, c.h)
-  end
-  -- What the client spends at until its next answer: its new part if
-  -- answered now, else what it holds (internal/rlqs charges the same).
-  if c.now then
-    spend = spend + math.min(g, c.d)
-  else
-    spend = spend + math.min(c.h, c.d)
-  end
+  -- What the client spends at until the next settlement: its new part,
+  -- or its demand if smaller (internal/rlqs charges the same).
+  spend = spend + math.min(g, c.d)
   record[#record + 1] = string.format('%.17g', c.d)
-  record[#record + 1] = string.format('%.17g', p)
+  record[#record + 1] = string.format('%.17g', g)
 end
 record = table.concat({ fmt(now + ttl * 1000), fmt(now), string.format('%.17g', spend), table.concat(record, '|') }, '|')
 

@@ -16,10 +16,10 @@ import (
 type Consumer struct {
 	Demand float64 // its offered rate
 	Held   float64 // the part it holds now (sent, still live)
-	Want   float64 // the part the node means to send it
-	// Now: the node answers it with this settlement, so what it held is
-	// replaced at once.
-	Now bool
+	// Share is its fair share of what the bucket can give (a fraction in
+	// [0, 1]), or -1 to keep what it holds (a stream that ended). The node
+	// sends what is granted as soon as Settle returns.
+	Share float64
 }
 
 // Settlement is one node's settlement of one region bucket's RLQS parts
@@ -27,13 +27,16 @@ type Consumer struct {
 // are charged to the bucket (negative: refunded, for usage charged ahead
 // of a report that showed less), and its consumers are published for TTL.
 type Settlement struct {
-	Key       string
-	Spec      algorithm.Spec
-	Node      string
-	Usage     int64
-	TTL       time.Duration
-	Horizon   time.Duration
-	Consumers []Consumer
+	Key     string
+	Spec    algorithm.Spec
+	Node    string
+	Usage   int64
+	TTL     time.Duration
+	Horizon time.Duration
+	// Hysteresis: a consumer keeps what it holds while its fair part is
+	// within this fraction of it.
+	Hysteresis float64
+	Consumers  []Consumer
 }
 
 // Settled is part.lua's answer for one bucket.
@@ -72,15 +75,11 @@ func (s *Store) Settle(ctx context.Context, items []Settlement) ([]Settled, erro
 			return nil, fmt.Errorf("region: settle %q: usage %d, TTL %v, horizon %v, node %q", it.Key, it.Usage, it.TTL, it.Horizon, it.Node)
 		}
 		keys[i] = []string{it.Key, PartsKey(it.Key)}
-		a := make([]any, 0, 7+4*len(it.Consumers))
+		a := make([]any, 0, 8+3*len(it.Consumers))
 		a = append(a, it.Spec.Limit, it.Spec.Period.Milliseconds(), it.Spec.Capacity(), it.Node, it.Usage,
-			it.TTL.Milliseconds(), it.Horizon.Milliseconds())
+			it.TTL.Milliseconds(), it.Horizon.Milliseconds(), ffmt(it.Hysteresis))
 		for _, c := range it.Consumers {
-			now := 0
-			if c.Now {
-				now = 1
-			}
-			a = append(a, ffmt(c.Demand), ffmt(c.Held), ffmt(c.Want), now)
+			a = append(a, ffmt(c.Demand), ffmt(c.Held), ffmt(c.Share))
 		}
 		args[i] = a
 	}

@@ -35,7 +35,7 @@ func TestSettleChargesSplitsAndBounds(t *testing.T) {
 
 	// a charges 30 and asks for the whole rate for one consumer.
 	a.Usage = 30
-	a.Consumers = []region.Consumer{{Demand: 5, Held: 0, Want: 1}}
+	a.Consumers = []region.Consumer{{Demand: 5, Held: 0, Share: 1}}
 	r := settle1(t, s, a)
 	assert.Equal(t, int64(70), r.Tokens)
 	assert.InDelta(t, 100.0/3600, r.Rate, 1e-12)
@@ -44,22 +44,20 @@ func TestSettleChargesSplitsAndBounds(t *testing.T) {
 	assert.Empty(t, r.Others)
 
 	// b wants the same: no room left while a holds its part.
-	b.Consumers = []region.Consumer{{Demand: 7, Held: 0, Want: 1}}
+	b.Consumers = []region.Consumer{{Demand: 7, Held: 0, Share: 1}}
 	r = settle1(t, s, b)
 	assert.InDelta(t, 0, r.Parts[0], 1e-6, "b cannot grow into a's held part (but what refilled since)")
 	assert.Equal(t, []float64{5}, r.Others, "b reads a's demand")
 
-	// a shrinks to half (still held at the old part until sent), then,
-	// holding the half, lets b grow into the rest.
-	half := r.Avail / 2
+	// a shrinks to half (recorded so at once: the node sends it right
+	// away), and b grows into the rest.
 	a.Usage = 0
-	a.Consumers = []region.Consumer{{Demand: 5, Held: 0.03, Want: half}}
+	a.Consumers = []region.Consumer{{Demand: 5, Held: 0.03, Share: 0.5}}
 	r = settle1(t, s, a)
-	assert.InDelta(t, half, r.Parts[0], 1e-12, "a shrink is granted as asked")
+	half := r.Avail / 2
+	assert.InDelta(t, half, r.Parts[0], 1e-12, "a shrink is granted as asked: its share of avail")
 	assert.Equal(t, []float64{7}, r.Others)
-	a.Consumers = []region.Consumer{{Demand: 5, Held: half, Want: half}}
-	settle1(t, s, a)
-	b.Consumers = []region.Consumer{{Demand: 7, Held: 0, Want: 1}}
+	b.Consumers = []region.Consumer{{Demand: 7, Held: 0, Share: 1}}
 	r = settle1(t, s, b)
 	assert.InDelta(t, r.Avail-half, r.Parts[0], 1e-9, "b grows into what a left")
 
@@ -98,13 +96,28 @@ func TestSettleCountsOtherNodesSpendSinceTheirSettlement(t *testing.T) {
 	base := region.Settlement{Key: "rl:{tenant=s}:p:l", Spec: tb(100, time.Hour, 0), TTL: 10 * time.Second, Horizon: time.Second}
 	a, b := base, base
 	a.Node, b.Node = "a", "b"
-	a.Consumers = []region.Consumer{{Demand: 1e6, Held: 1e5, Want: 1e5, Now: true}}
+	a.Consumers = []region.Consumer{{Demand: 1e6, Held: 1e5, Share: -1}}
 	r := settle1(t, s, a)
 	assert.InDelta(t, 100, r.Avail, 1, "a: the burst over a 1 s horizon")
 	time.Sleep(20 * time.Millisecond) // Redis TIME moves on: a's clients spend 2,000 tokens meanwhile
-	b.Consumers = []region.Consumer{{Demand: 5, Held: 0, Want: 5}}
+	b.Consumers = []region.Consumer{{Demand: 5, Held: 0, Share: 1}}
 	r = settle1(t, s, b)
 	assert.Zero(t, r.Avail, "b counts what a's clients spent since a settled: the bucket is empty")
+}
+
+// A consumer's part is its share of avail as the script finds it, and
+// within the hysteresis of what it holds it keeps that (the node sends
+// its strategy again unchanged).
+func TestSettleAppliesSharesWithHysteresis(t *testing.T) {
+	s := single(t)
+	it := region.Settlement{Key: "rl:{tenant=h}:p:l", Spec: tb(100, time.Hour, 0), Node: "a", TTL: 10 * time.Second, Horizon: time.Second, Hysteresis: 0.05}
+	it.Consumers = []region.Consumer{{Demand: 1e3, Held: 50, Share: 0.5}}
+	r := settle1(t, s, it)
+	assert.InDelta(t, 100, r.Avail, 1)
+	assert.Equal(t, 50.0, r.Parts[0], "half of avail is within 5 %% of 50: kept")
+	it.Consumers = []region.Consumer{{Demand: 1e3, Held: 40, Share: 0.5}}
+	r = settle1(t, s, it)
+	assert.InDelta(t, r.Avail/2, r.Parts[0], 1e-9, "past the hysteresis: the share of avail")
 }
 
 func TestSettleRefusesBadArguments(t *testing.T) {

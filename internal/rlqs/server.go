@@ -9,10 +9,12 @@
 // bucket spends (decide.Decider.Quota), split among all of that region
 // bucket's consumers on every node (RLQS clients and, as one, the leases
 // of CheckRateLimit) from the demands each node publishes in the region's
-// Redis (lua/part.lua, at most one call per region bucket per node per
-// second). The usage clients report is charged to the same region bucket
-// after the fact. The strategy is sent byte-identical while the part
-// holds, because Envoy keeps its bucket (and its spent tokens) only for an
+// Redis (lua/part.lua: one call per region bucket per node per reporting
+// interval, more while parts move or leases share the bucket; see
+// keyState.due). What clients admit is charged to the same region bucket
+// at each settlement, estimated, and corrected by their reports. Parts a
+// settlement moves are sent between reports. The strategy is sent
+// byte-identical while the part holds, because Envoy keeps its bucket (and its spent tokens) only for an
 // equal strategy, and compares token buckets by max_tokens,
 // tokens_per_fill and fill_interval.nanos alone; intervals and TTLs are
 // whole seconds, which is all Envoy reads of them (internal/testenv/rlqsfilter
@@ -281,9 +283,9 @@ type stream struct {
 // expired-assignment fallback and then builds a new, full bucket.
 func (st *stream) ttl() time.Duration { return st.interval + answerWithin }
 
-// answerWithin is how late an answer may come: a report waits up to a
-// second for its settlement, and one on a failing store up to the
-// store's call timeout (1 s by default) before the fallback decides.
+// answerWithin is how late an answer may come: a report's settlement on a
+// failing store waits up to the store's call timeout (1 s by default)
+// before the fallback decides, and the answer crosses the network.
 const answerWithin = 2 * time.Second
 
 // report answers one usage report.
@@ -335,19 +337,8 @@ func (st *stream) report(ctx context.Context, msg *rlqsv3.RateLimitQuotaUsageRep
 			}
 		}
 	}
-	// A report whose buckets are new, or short of their fair parts, waits
-	// for its keys' next settlement (at most a second on): it is then
-	// answered with the room freed since rather than with nothing.
-	if wait := s.split.waitFor(now, fresh, keys); wait > 0 {
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		}
-		now = now.Add(wait)
-	}
+	// Keys with a new consumer are settled now; the others answer from
+	// their last settlement (parts that move are sent between reports).
 	states := s.split.settle(ctx, now, keys, fresh)
 	resp := &rlqsv3.RateLimitQuotaResponse{BucketAction: make([]*rlqsv3.RateLimitQuotaResponse_BucketAction, 0, len(jobs))}
 	for _, j := range jobs {

@@ -179,13 +179,12 @@ func TestRateStrategyIsWholeSecondsAndKeptWhileThePartHolds(t *testing.T) {
 	assert.GreaterOrEqual(t, same, 4, "the strategy repeats byte-identical while the part holds")
 }
 
-// A part that a settlement moves is sent between reports: the first
-// consumer's part shrinks as soon as a second one arrives, and the
-// second's grows at the next settlement into the room that frees.
+// A part that a settlement moves is sent between reports: when a second
+// consumer arrives, the first one's part shrinks and is sent to it at
+// once, and the second is answered with the room that frees.
 func TestMovedPartsAreSentBetweenReports(t *testing.T) {
 	clk := &clock{now: time.Unix(1e6, 0)}
-	ticks := make(chan time.Time)
-	c, _ := serve(t, rlqs.Config{Decider: &decider{grant: partsOf(1000)}, Ledger: ledger(t), Now: clk.Now, Ticks: ticks})
+	c, _ := serve(t, rlqs.Config{Decider: &decider{grant: partsOf(1000)}, Ledger: ledger(t), Now: clk.Now})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	a, err := c.StreamRateLimitQuotas(ctx)
@@ -198,30 +197,21 @@ func TestMovedPartsAreSentBetweenReports(t *testing.T) {
 	st, _ := strategy(t, resp)
 	assert.InDelta(t, 1200, rateOf(st.GetTokenBucket()), 12, "alone: all the bucket can give")
 
-	// b arrives: its report waits for the key's next settlement, which
-	// leaves it no room while a holds everything, and halves a's fair
-	// part, sent to a at once.
-	clk.add(time.Second)
+	// A moment later (what a spent meanwhile is charged on this virtual
+	// clock while Redis refills on its own: keep it short).
+	clk.add(10 * time.Millisecond)
 	resp, err = roundTrip(t, b, "d", report(id, 0, 1, 0))
 	require.NoError(t, err)
-	require.Len(t, resp.BucketAction, 1)
+	st, _ = strategy(t, resp)
+	rb := rateOf(st.GetTokenBucket())
 	pushed, err := a.Recv()
 	require.NoError(t, err)
 	st, _ = strategy(t, pushed)
 	ra := rateOf(st.GetTokenBucket())
+	t.Logf("a %.0f, b %.0f", ra, rb)
 	assert.InDelta(t, 600, ra, 60, "a's part, taken back without waiting for its report")
-
-	// The next settlement sees a's smaller part and grows b's into it
-	// (how far depends on the bucket's tokens, which Redis refills on its
-	// own clock while this test's second is virtual).
-	clk.add(time.Second)
-	ticks <- clk.Now()
-	pushed, err = b.Recv()
-	require.NoError(t, err)
-	st, _ = strategy(t, pushed)
-	rb := rateOf(st.GetTokenBucket())
-	assert.Greater(t, rb, 0.0, "b's part, grown into the room a left")
-	assert.LessOrEqual(t, ra+rb, 1200*1.01, "the parts sent never sum past what the bucket can give")
+	assert.InDelta(t, ra, rb, 0.2*ra, "b's part, the room a gave up")
+	assert.LessOrEqual(t, ra+rb, 1200*1.01, "the parts never sum past what the bucket can give")
 }
 
 // Two nodes split one region bucket by demand through its Redis.

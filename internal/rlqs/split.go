@@ -21,9 +21,10 @@ type Ledger interface {
 
 // Fixed settings of the split (ARCHITECTURE.md, "Fixed settings").
 const (
-	// settleEvery is how often a key is settled at most: one Redis call
-	// per region key per node per second, at most one per reporting
-	// interval (intervals under 1 s are refused).
+	// settleEvery is how often the node looks for keys to settle, and the
+	// shortest period of a key's settlements: a key is settled once per
+	// reporting interval of its clients here (keyState.due), one Redis
+	// call per region key per node per interval.
 	settleEvery = time.Second
 	// minHorizon is the shortest time the bucket's tokens on hand are
 	// spread over (avail = rate + tokens / horizon, lua/part.lua): the
@@ -52,7 +53,7 @@ type consumer struct {
 	sent     float64       // the part last sent to the client
 	until    time.Time
 	part     float64 // the part the last settlement granted
-	want     float64 // its fair part at the last settlement
+	share    float64 // its fair share of avail at the last settlement
 	ready    bool    // a settlement has granted it a part
 	now      bool    // answered by the report being settled
 	// accrued is what the settlements since its last report charged for
@@ -202,7 +203,7 @@ func (s *splitter) settle(ctx context.Context, now time.Time, keys []string, ans
 			others = append(others, ks.inflight)
 			continue
 		}
-		if !ks.last.IsZero() && now.Sub(ks.last) < settleEvery {
+		if !ks.last.IsZero() && !ks.due(now) {
 			continue
 		}
 		ks.last = now
@@ -211,13 +212,13 @@ func (s *splitter) settle(ctx context.Context, now time.Time, keys []string, ans
 		for _, c := range cs {
 			ks.accrue(c, now)
 		}
-		wants := ks.wants(now, cs)
+		wants := ks.wants(cs)
 		// The record (and the bucket) live past the next report of the
 		// slowest consumer, whose answer renews the parts.
-		it := region.Settlement{Key: k, Spec: ks.key.Spec, Node: s.node, Usage: int64(math.Round(ks.usage)), TTL: 3 * settleEvery, Horizon: minHorizon}
+		it := region.Settlement{Key: k, Spec: ks.key.Spec, Node: s.node, Usage: int64(math.Round(ks.usage)), TTL: 3 * settleEvery, Horizon: minHorizon, Hysteresis: hysteresis}
 		for i, c := range cs {
-			c.want = wants[i]
-			it.Consumers = append(it.Consumers, region.Consumer{Demand: finite(c.demand, ks.avail), Held: c.held(now), Want: wants[i], Now: c.now})
+			c.share = wants[i]
+			it.Consumers = append(it.Consumers, region.Consumer{Demand: finite(c.demand, ks.ceiling()), Held: c.held(now), Share: wants[i]})
 			it.TTL = max(it.TTL, c.until.Sub(now)+settleEvery, 2*c.interval+settleEvery)
 			it.Horizon = max(it.Horizon, c.interval)
 		}
@@ -271,6 +272,34 @@ func (s *splitter) settle(ctx context.Context, now time.Time, keys []string, ans
 	return out
 }
 
+// due says whether ks is settled now: once per the shortest reporting
+// interval of its consumers here (at least settleEvery), and at once when
+// a consumer has joined (to answer it with a part) or the reservation of
+// one that left has ended (to hand its part out).
+func (ks *keyState) due(now time.Time) bool {
+	every := maxInterval
+	if ks.leaseRate > 0 || ks.leaseUnmet {
+		// The leases of CheckRateLimit take the bucket's tokens as they
+		// come: charged only each interval, the clients' use would leave
+		// them tokens the parts are owed, then a debt that holds them back.
+		every = settleEvery
+	}
+	for c := range ks.cons {
+		if !c.gone && !c.ready || c.gone && !now.Before(c.until) {
+			return true
+		}
+		every = min(every, c.interval)
+		if !c.gone && c.part < c.share*ks.avail*(1-hysteresis) {
+			// Short of its fair part (the room is held elsewhere): each
+			// second until the holders' nodes have given it back.
+			every = settleEvery
+		}
+	}
+	// Half a tick early: ticks come each settleEvery, so a key is
+	// settled every interval, not every interval and a tick.
+	return now.Sub(ks.last) >= max(every-settleEvery/2, settleEvery)
+}
+
 // sweepPerSettle is how many keys a settlement looks at for ones whose
 // consumers have all left: map order is random, so every key is visited
 // in time while RLQS traffic goes on.
@@ -306,24 +335,31 @@ func (ks *keyState) prune(now time.Time) []*consumer {
 	return cs
 }
 
-// wants is each consumer's fair part of the key's rate (tokens/s) among
-// every consumer the last settlement showed: the other nodes', this
-// node's, and the leases' (as one), split by rebalance.Fair with a floor
-// per consumer; within hysteresis of what a consumer holds, it keeps it.
-func (ks *keyState) wants(now time.Time, cs []*consumer) []float64 {
+// ceiling is the most the key's bucket can give (its rate and its burst
+// over the shortest horizon): what a consumer of unknown demand asks.
+func (ks *keyState) ceiling() float64 {
+	return ks.key.Spec.Rate() + float64(ks.key.Spec.Capacity())/minHorizon.Seconds()
+}
+
+// wants is each consumer's fair share of what the key's bucket can give
+// (a fraction, which part.lua applies to avail as it is then) among every
+// consumer the last settlement showed: the other nodes', this node's, and
+// the leases' (as one), split by rebalance.Fair with a floor per
+// consumer. keepHeld (-1) marks a stream that ended: its part stays
+// reserved until its assignment's TTL.
+func (ks *keyState) wants(cs []*consumer) []float64 {
 	avail := ks.avail
 	if !ks.settled {
-		// Before the first settlement: the most the bucket can give (its
-		// burst over the shortest horizon); part.lua grants only the room
+		// Before the first settlement; part.lua grants only the room
 		// there is.
-		avail = ks.key.Spec.Rate() + float64(ks.key.Spec.Capacity())/minHorizon.Seconds()
+		avail = ks.ceiling()
 	}
 	ds := make([]rebalance.Demand, 0, len(ks.others)+len(cs)+1)
 	for _, d := range ks.others {
 		ds = append(ds, rebalance.Demand{Rate: d, Weight: d})
 	}
 	for _, c := range cs {
-		d := finite(c.demand, avail)
+		d := finite(c.demand, ks.ceiling())
 		if c.gone {
 			d = 0
 		}
@@ -339,14 +375,16 @@ func (ks *keyState) wants(now time.Time, cs []*consumer) []float64 {
 	shares := rebalance.Fair(rebalance.Unit, avail, rebalance.FloorShare(len(ds), floorFraction), ds)
 	out := make([]float64, len(cs))
 	for i, c := range cs {
-		w := shares[len(ks.others)+i].Of(avail)
-		if h := c.held(now); h > 0 && math.Abs(w-h) <= hysteresis*h {
-			w = h
+		out[i] = shares[len(ks.others)+i].Of(1)
+		if c.gone {
+			out[i] = keepHeld
 		}
-		out[i] = w
 	}
 	return out
 }
+
+// keepHeld is the share that keeps a consumer's held part (lua/part.lua).
+const keepHeld = -1
 
 // finite is d, or all when d is unknown (+Inf) or not a number.
 func finite(d, all float64) float64 {
@@ -406,36 +444,8 @@ func (s *splitter) part(cs map[string]*consumer, states map[string]*keyState) (f
 	return p, nil
 }
 
-// waitFor is how long a report naming keys should wait before its
-// settlement, and marks cs as answered by it: a report one of whose
-// consumers cs has no part yet (a new bucket), or a part below its fair
-// one (room may have been freed since), waits for its keys' next
-// settlement, so that it is answered with what is fair rather than with
-// what was left an interval ago, keeping to one settlement per key per
-// settleEvery. Zero when none waits.
-func (s *splitter) waitFor(now time.Time, cs []*consumer, keys []string) time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	short := false
-	for _, c := range cs {
-		short = short || !c.ready || c.part < c.want*(1-hysteresis)
-	}
-	if !short {
-		return 0
-	}
-	var wait time.Duration
-	for _, k := range keys {
-		if ks := s.keys[k]; ks != nil && !ks.last.IsZero() {
-			wait = max(wait, ks.last.Add(settleEvery).Sub(now))
-		}
-	}
-	return min(wait, settleEvery)
-}
-
-// run settles every key with consumers once a second until ctx ends, so
-// that the records every node splits by are at most a second old, parts
-// taken back are seen by the other nodes within a second, and room for a
-// consumer's growth is reserved before its next report.
+// run settles, at each tick until ctx ends, every key that is due
+// (keyState.due): parts move, and are sent, between reports.
 func (s *splitter) run(ctx context.Context, now func() time.Time, ticks <-chan time.Time) {
 	for {
 		select {

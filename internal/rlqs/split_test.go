@@ -36,8 +36,8 @@ func TestSettlementsChargeAheadOfReports(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	ctx := context.Background()
 
-	s.join(k, c, 5000, 5*time.Second)
-	s.use("k", c, 1, t0) // the first report: one request
+	s.join(k, c, 5000, time.Second) // reports every second: settled every second
+	s.use("k", c, 1, t0)            // the first report: one request
 	s.settle(ctx, t0, []string{"k"}, []*consumer{c})
 	s.claim(map[string]*consumer{"k": c}, 100, t0.Add(7*time.Second))
 	s.settle(ctx, t0.Add(time.Second), []string{"k"}, nil)
@@ -48,7 +48,7 @@ func TestSettlementsChargeAheadOfReports(t *testing.T) {
 	assert.Equal(t, []int64{1, 100, 100, -20 + 50}, l.charged)
 
 	// A demand below the part is what it is taken to admit.
-	s.join(k, c, 40, 5*time.Second)
+	s.join(k, c, 40, time.Second)
 	s.settle(ctx, t0.Add(4*time.Second), []string{"k"}, nil)
 	assert.Equal(t, int64(40), l.charged[4])
 }
