@@ -1,0 +1,245 @@
+package coord
+
+import (
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	coordv1 "github.com/allot-dev/allot/proto/coord/v1"
+)
+
+// The inbox: report chunks from every region reassembled into rounds,
+// and what a round has heard.
+
+// roundID names a round on the wire: an epoch, or with mid its
+// mid-interval round.
+type roundID struct {
+	epoch, intervalMS int64
+	mid               bool
+}
+
+// midBase is what the mid-interval round of an epoch builds on: whether
+// the epoch heard every region's complete report (every region then holds
+// the same reports of it, m.last) and this region's own report of it.
+type midBase struct {
+	epoch int64
+	all   bool
+	mine  []entry
+}
+
+// round is what arrived from the other regions for one epoch.
+type round struct {
+	reports map[string]*assembly
+	acks    map[string]*coordv1.Ack
+}
+
+type assembly struct {
+	chunks uint32
+	parts  map[uint32]chunk // the chunks arrived, until all have
+	done   bool
+	// entries are the report's entries in chunk order and keyed the same
+	// with one entry per key, in key order; both are set once done.
+	entries, keyed []entry
+}
+
+func (a *assembly) complete() bool { return a.done }
+
+// wants reports whether chunk ch of chunks is one to file: new, in range
+// and of the same count as the chunks before it.
+func (a *assembly) wants(ch, chunks uint32) bool {
+	_, dup := a.parts[ch]
+	return !dup && !a.done && ch < a.chunks && chunks == a.chunks
+}
+
+// add files chunk ch (wanted) and, when it was the last, decodes the
+// chunks in order into one array of the report's size.
+func (a *assembly) add(ch uint32, c chunk) {
+	a.parts[ch] = c
+	if uint32(len(a.parts)) < a.chunks {
+		return
+	}
+	n := 0
+	for _, p := range a.parts {
+		n += p.len()
+	}
+	a.entries = make([]entry, 0, n)
+	for i := range a.chunks {
+		a.entries = a.parts[i].appendTo(a.entries)
+	}
+	a.keyed, a.parts, a.done = byKey(a.entries), nil, true
+}
+
+// file stores a message in its round.
+func (m *Machine) file(msg *coordv1.Message) {
+	r := m.roundFrom(msg.GetRegion(), roundID{msg.GetEpoch(), msg.GetIntervalMs(), msg.GetMid()})
+	if r == nil {
+		return
+	}
+	from := msg.GetRegion()
+	switch b := msg.GetBody().(type) {
+	case *coordv1.Message_Report:
+		rc := b.Report
+		if a := r.assembly(from, rc.GetChunks()); a.wants(rc.GetChunk(), rc.GetChunks()) {
+			a.add(rc.GetChunk(), protoChunk(rc.GetEntries()))
+		}
+	case *coordv1.Message_Ack:
+		if r.acks[from] == nil { // one ack per region and epoch: a duplicate changes nothing
+			r.acks[from] = b.Ack
+		}
+	}
+}
+
+// fileWire stores a message given as it traveled in its round: a report
+// chunk to file is decoded from the wire; anything else goes through
+// proto.Unmarshal and file, as the transport once did for every message,
+// so that what is filed, created or dropped is the same either way.
+func (m *Machine) fileWire(b []byte) {
+	if w, ok := readReportWire(b); ok {
+		if w.region == m.cfg.Region || !slices.Contains(m.cfg.Regions, w.region) {
+			return // this region's own (each comes back) or an unknown region's: ignored, whatever it holds
+		}
+		id := roundID{w.epoch, w.intervalMS, w.mid}
+		var a *assembly
+		if r := m.rounds[id]; r != nil {
+			a = r.reports[w.region]
+		}
+		if a != nil && !a.wants(w.chunk, w.chunks) {
+			return // nothing to file, whatever it holds
+		}
+		if a != nil || w.chunk < w.chunks {
+			if c, ok := w.check(); ok {
+				if r := m.roundFrom(w.region, id); r != nil {
+					r.assembly(w.region, w.chunks).add(w.chunk, c)
+				}
+				return
+			}
+		}
+	}
+	msg := &coordv1.Message{}
+	if err := proto.Unmarshal(b, msg); err != nil {
+		m.log.Warn("coord: dropping undecodable message", "err", err)
+		return
+	}
+	m.file(msg)
+}
+
+// roundFrom returns the round of a message of region from, or nil when
+// the message is to be ignored: from this region (the standby's own
+// reports are never needed: a new active reads its shares from Redis), of
+// an unknown region, or of a round not kept.
+func (m *Machine) roundFrom(from string, id roundID) *round {
+	if from == m.cfg.Region || !slices.Contains(m.cfg.Regions, from) {
+		return nil
+	}
+	return m.round(id)
+}
+
+// assembly returns the report of region from being assembled, starting
+// one of chunks chunks.
+func (r *round) assembly(from string, chunks uint32) *assembly {
+	a := r.reports[from]
+	if a == nil {
+		a = &assembly{chunks: chunks, parts: map[uint32]chunk{}}
+		r.reports[from] = a
+	}
+	return a
+}
+
+// round returns the round of id, creating it. Rounds that started more
+// than three of their intervals ago (or start more than two ahead: a
+// skewed or bogus clock) are not kept.
+func (m *Machine) round(id roundID) *round {
+	now := m.now.UnixMilli()
+	stale := func(r roundID) bool {
+		iv := max(r.intervalMS, 1)
+		start := r.epoch * iv
+		if r.mid {
+			start += iv / 2
+		}
+		return start < now-3*iv || start > now+2*iv
+	}
+	if stale(id) {
+		return nil
+	}
+	for old := range m.rounds {
+		if stale(old) {
+			delete(m.rounds, old)
+		}
+	}
+	r := m.rounds[id]
+	if r == nil {
+		r = &round{reports: map[string]*assembly{}, acks: map[string]*coordv1.Ack{}}
+		m.rounds[id] = r
+	}
+	return r
+}
+
+// roundOrEmpty is round, or an empty round when this epoch runs so late
+// that its messages are no longer kept: it then hears nobody, which is
+// safe.
+func (m *Machine) roundOrEmpty(id roundID) *round {
+	if r := m.round(id); r != nil {
+		return r
+	}
+	return &round{reports: map[string]*assembly{}, acks: map[string]*coordv1.Ack{}}
+}
+
+// heard returns the sorted names of the regions whose complete reports of
+// round r arrived (self always) and remembers their shares.
+func (m *Machine) heard(r *round) []string {
+	out := m.completeRegions(r)
+	for _, name := range out {
+		if a := r.reports[name]; a != nil {
+			m.last[name] = a.keyed
+		}
+	}
+	return out
+}
+
+// completeRegions returns the sorted names of the regions whose complete
+// reports of round r arrived, self always.
+func (m *Machine) completeRegions(r *round) []string {
+	out := []string{m.cfg.Region}
+	for name, a := range r.reports {
+		if a.complete() {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func completeReports(r *round) int {
+	n := 0
+	for _, a := range r.reports {
+		if a.complete() {
+			n++
+		}
+	}
+	return n
+}
+
+// acked reports whether every heard region's ack of round r arrived.
+func (m *Machine) acked(r *round, heard []string) bool {
+	for _, name := range heard {
+		if name != m.cfg.Region && r.acks[name] == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// group reports whether every heard region acknowledged, successfully, a
+// plan made from exactly the same heard set.
+func (m *Machine) group(r *round, heard []string) bool {
+	for _, name := range heard {
+		if name == m.cfg.Region {
+			continue
+		}
+		a := r.acks[name]
+		if a == nil || !a.GetOk() || !slices.Equal(a.GetHeard(), heard) {
+			return false
+		}
+	}
+	return true
+}

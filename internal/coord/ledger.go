@@ -1,0 +1,102 @@
+package coord
+
+import (
+	"github.com/allot-dev/allot/rebalance"
+)
+
+// The share ledger: the shares this region owns, the updates planned
+// to them and their record once written.
+
+// takeOver ends a listening epoch with this region's shares read from
+// Redis.
+func (m *Machine) takeOver(in SharesRead) {
+	if in.Err != nil {
+		m.log.Warn("coord: read shares; listening another epoch", "err", in.Err)
+		return
+	}
+	def := rebalance.Default(len(m.cfg.Regions))
+	for key, s := range in.Shares {
+		if s != def {
+			m.own[key] = s
+		}
+	}
+	m.listening = false
+	m.log.Info("coord: took over", "keys", len(m.own))
+}
+
+// updates lists the keys whose share pick(plan) differs from the one in
+// force, sorted by key (as the plans are). With refresh it also lists the
+// unchanged shares that are not the default: rewriting them every epoch
+// re-creates a bucket that expired while idle (its share would otherwise
+// fall back to the default, which may be more than this region holds) and
+// renews TTLs; so are the keys whose last write failed, the default
+// included (the bucket may hold less than what is recorded, until it is
+// rewritten).
+func (m *Machine) updates(ps *plans, pick func(rebalance.KeyPlan) rebalance.Share, k Knobs, refresh bool) []ShareUpdate {
+	def := rebalance.Default(len(m.cfg.Regions))
+	// The writes are found first, then listed in one allocation of their
+	// final size: growing a list of a million updates copies it many
+	// times over.
+	type write struct {
+		plan     int32
+		now, cur rebalance.Share
+	}
+	ws := make([]write, 0, len(ps.keys))
+	for i, key := range ps.keys {
+		kp := ps.plan(i)
+		if kp.Self < 0 {
+			continue
+		}
+		s := pick(kp)
+		cur, ok := m.own[key]
+		if !ok {
+			cur = def
+		}
+		if s == cur && (!refresh || (!ok && !m.unsure[key])) {
+			continue
+		}
+		ws = append(ws, write{int32(i), s, cur})
+	}
+	if len(ws) == 0 {
+		return nil
+	}
+	out := make([]ShareUpdate, len(ws))
+	for i, w := range ws {
+		key := ps.keys[w.plan]
+		lim, _ := m.cfg.Limits.Global(key)
+		old := Limit{Rate: w.cur.Of(lim.Rate), Burst: w.cur.Of(lim.Burst)}
+		out[i] = ShareUpdate{Key: key, Share: w.now, Global: lim, Old: old, TTL: k.ShareTTL}
+	}
+	return out
+}
+
+// record notes the outcome of writing us. On failure some writes may have
+// landed: each key is then recorded at the larger of its old and new
+// share, so what this region reports never under-states what it may
+// enforce. It reports whether the writes succeeded.
+func (m *Machine) record(us []ShareUpdate, err error) bool {
+	if err != nil {
+		m.log.Warn("coord: write shares", "n", len(us), "err", err)
+	}
+	def := rebalance.Default(len(m.cfg.Regions))
+	for _, u := range us {
+		if err != nil {
+			m.unsure[u.Key] = true
+		} else {
+			delete(m.unsure, u.Key)
+		}
+		cur, ok := m.own[u.Key]
+		if !ok {
+			cur = def
+		}
+		if err != nil && u.Share < cur {
+			continue
+		}
+		if u.Share == def {
+			delete(m.own, u.Key)
+		} else {
+			m.own[u.Key] = u.Share
+		}
+	}
+	return err == nil
+}

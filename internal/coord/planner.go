@@ -1,0 +1,119 @@
+package coord
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/allot-dev/allot/rebalance"
+)
+
+// The planner: each key of a round planned from every region heard.
+
+// plans are an epoch's key plans, in key order. Every key's plan has the
+// same regions, heard set and self, so they are kept once and of each key
+// only its shares: a million keys' plans are two arrays, not millions of
+// small ones.
+type plans struct {
+	keys    []string
+	shares  []rebalance.Share // keys[i]'s Prev, Target and Shrunk, n each, from 3n·i
+	self    int
+	regions []string
+	heard   []bool
+}
+
+func (ps *plans) add(key string, kp *rebalance.KeyPlan) {
+	if len(ps.keys) == 0 {
+		ps.self, ps.regions, ps.heard = kp.Self, slices.Clone(kp.Regions), slices.Clone(kp.Heard)
+	}
+	ps.keys = append(ps.keys, key)
+	ps.shares = append(append(append(ps.shares, kp.Prev...), kp.Target...), kp.Shrunk...)
+}
+
+// plan returns keys[i]'s plan, whose slices are the stored ones: to read.
+func (ps *plans) plan(i int) rebalance.KeyPlan {
+	n := len(ps.regions)
+	s := ps.shares[3*n*i : 3*n*(i+1)]
+	return rebalance.KeyPlan{Self: ps.self, Regions: ps.regions, Heard: ps.heard, Prev: s[:n:n], Target: s[n : 2*n : 2*n], Shrunk: s[2*n:]}
+}
+
+// byKey returns es with one entry per key, in key order: es itself when
+// it already is (a report as encodeReport sends it), else a sorted copy in
+// which a key's last entry wins, as it would filling a map.
+func byKey(es []entry) []entry {
+	sorted := true
+	for i := 1; i < len(es) && sorted; i++ {
+		sorted = es[i-1].key < es[i].key
+	}
+	if sorted {
+		return es
+	}
+	out := slices.Clone(es)
+	slices.SortStableFunc(out, func(a, b entry) int { return strings.Compare(a.key, b.key) })
+	w := 0
+	for i := range out {
+		if i+1 < len(out) && out[i+1].key == out[i].key {
+			continue
+		}
+		out[w] = out[i]
+		w++
+	}
+	return out[:w]
+}
+
+// plan runs rebalance.Plan for every key of the heard reports, in key
+// order. Every region's inputs are taken exactly as they travel (float32
+// demand), so regions with the same heard set compute bit-identical plans.
+//
+// Each region's inputs are a key-ordered list (its report when heard, its
+// last heard report otherwise), walked in step with the others: a merge,
+// so an epoch costs no map of its keys, and the plans come out sorted.
+func (m *Machine) plan(r *round, mine []entry, heard []string, k Knobs) *plans {
+	n := len(m.cfg.Regions)
+	def := rebalance.Default(n)
+	at := make([]cursor, n)   // each region's list, for the key planned
+	next := make([]cursor, n) // the heard lists' keys not planned yet
+	isHeard := make([]bool, n)
+	most := 0
+	for i, name := range m.cfg.Regions {
+		switch a := r.reports[name]; {
+		case name == m.cfg.Region:
+			at[i].es, isHeard[i] = byKey(mine), true
+		case a != nil && slices.Contains(heard, name):
+			at[i].es, isHeard[i] = a.keyed, true
+		default:
+			at[i].es = m.last[name]
+		}
+		if isHeard[i] {
+			next[i].es = at[i].es
+			most = max(most, len(at[i].es))
+		}
+	}
+	params := rebalance.Params{Floor: k.Floor, Decay: k.Decay, Headroom: k.Headroom}
+	ps := &plans{keys: make([]string, 0, most), shares: make([]rebalance.Share, 0, 3*n*most)}
+	regions := make([]rebalance.Region, n)
+	var kp rebalance.KeyPlan
+	for {
+		key, found := nextKey(next)
+		if !found {
+			return ps
+		}
+		lim, ok := m.cfg.Limits.Global(key)
+		if !ok {
+			continue
+		}
+		for i, name := range m.cfg.Regions {
+			reg := rebalance.Region{Name: name, Heard: isHeard[i], Share: def}
+			if e, ok := at[i].find(key); ok {
+				if isHeard[i] {
+					reg.Demand = rebalance.Demand{Rate: float64(e.rate), Weight: float64(e.weight)}
+				}
+				if e.share != 0 {
+					reg.Share = e.share
+				}
+			}
+			regions[i] = reg
+		}
+		rebalance.PlanInto(&kp, m.cfg.Region, regions, lim.Rate, params)
+		ps.add(key, &kp)
+	}
+}
