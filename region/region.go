@@ -6,8 +6,10 @@
 // Groups (Take, Refund: the decider's decide.Store) and lease Groups
 // (Lease, Return: the lease manager's lease.Source) into calls of the
 // scripts in package lua, pipelining those calls into one round trip
-// (call.go, shard.go), recovering from a flushed script cache, and
-// turning replies back into algorithm Results and lease Replies.
+// (call.go, pipeline.go), a breaker per shard (breaker.go, stall.go,
+// health.go), recovering from a flushed script cache and a failover
+// (script.go, failover.go), settling RLQS parts (part.go), and turning
+// replies back into algorithm Results and lease Replies.
 //
 // It must not: decide policy (which keys, limits or costs apply), keep
 // bucket state or clocks of its own (Redis TIME is the only clock), retry

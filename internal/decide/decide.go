@@ -3,8 +3,10 @@
 // request's cost from the store all-or-nothing, and says why it allowed or
 // throttled.
 //
-// decide owns no counters (the store does) and no wire format (package
-// server does); it must never panic on any input that passed validation.
+// decide owns no bucket state (the store does) and no wire format
+// (package server does); it keeps only per-key counts of what the exact
+// path admitted and denied (demand.go), the demand the coordinator
+// drains. It must never panic on any input that passed validation.
 package decide
 
 import (

@@ -1,7 +1,11 @@
-// Package node assembles a rate-limit node: the policy set, the store
-// (Redis or in-process), the decider and the gRPC listener with health and
-// reflection. cmd/node parses flags into a Config and runs it; tests and
-// the sandbox start nodes in process the same way.
+// Package node assembles a rate-limit node: the policy set and its live
+// reloads (policies.go), the store (Redis or in-process) and what happens
+// when it fails (resilience.go, crash.go), the decider, admission control
+// (admission.go, grpclimits.go), the gRPC listener with health and
+// reflection, the HTTP face (http.go), RLQS (rlqs.go), multi-region
+// shares (multiregion.go), TLS and telemetry. cmd/node parses flags into a
+// Config and runs it; tests and the sandbox start nodes in process the
+// same way.
 package node
 
 import (

@@ -1,6 +1,9 @@
 // Package server turns wire requests into checks and decisions into wire
-// answers: the gRPC RateLimiterService of the seed's contract. It owns the
-// mapping of errors to status codes and nothing else: validation lives in
+// answers, on every face a node serves: the gRPC RateLimiterService of the
+// seed's contract (grpc.go), its HTTP face with problem+json errors
+// (http.go), Envoy's RLS (envoy.go), and the gRPC codecs that decode
+// requests and encode answers without reflection (codec.go, wirecodec.go).
+// It owns the mapping of errors to status codes; validation lives in
 // decide.Input, deciding in decide.Decider.
 package server
 
