@@ -144,10 +144,7 @@ func (st *stream) assign(ctx context.Context, b *bucket, id *rlqsv3.BucketId, st
 		if g.Unbatchable && st.domain == RPCDomain {
 			// This client checks by RPC what it holds no assignment for.
 			ev.Kind = "abandon"
-			return &rlqsv3.RateLimitQuotaResponse_BucketAction{
-				BucketId:     id,
-				BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}},
-			}
+			return abandon(id)
 		}
 	}
 	ev.Kind = "deny_all"

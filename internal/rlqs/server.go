@@ -348,10 +348,7 @@ func (st *stream) report(ctx context.Context, msg *rlqsv3.RateLimitQuotaUsageRep
 			a = blanket(j.id, typev3.RateLimitStrategy_DENY_ALL, st.ttl())
 		} else if st.releasable(j.b, now) {
 			st.observe(ctx, Event{Kind: "release"})
-			a = &rlqsv3.RateLimitQuotaResponse_BucketAction{
-				BucketId:     j.id,
-				BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}},
-			}
+			a = abandon(j.id)
 			j.b.leave(s.split)
 			delete(st.buckets, j.b.id)
 			s.buckets.Add(-1)

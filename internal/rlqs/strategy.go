@@ -85,6 +85,15 @@ func (st *stream) rate(b *bucket, id *rlqsv3.BucketId, rate float64, now time.Ti
 	return assignment(id, ttl, b.sent.tb), same
 }
 
+// abandon tells the client to forget the bucket: its next request makes
+// a new one.
+func abandon(id *rlqsv3.BucketId) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	return &rlqsv3.RateLimitQuotaResponse_BucketAction{
+		BucketId:     id,
+		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}},
+	}
+}
+
 func blanket(id *rlqsv3.BucketId, rule typev3.RateLimitStrategy_BlanketRule, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	return action(id, ttl, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}})
 }
