@@ -123,6 +123,9 @@ type keyState struct {
 	leaseRate  float64
 	leaseUnmet bool
 	settled    bool
+	// moved: the view the last settlement brought back gives other
+	// shares than those it applied (computed from the view before).
+	moved bool
 	err        error         // the last settlement's error
 	inflight   chan struct{} // closed when the settlement under way ends
 }
@@ -251,6 +254,12 @@ func (s *splitter) settle(ctx context.Context, now time.Time, keys []string, ans
 			ks.err = nil
 			ks.settled = true
 			ks.avail, ks.others, ks.leaseRate, ks.leaseUnmet = r.Avail, r.Others, r.LeaseRate, r.LeaseUnmet
+			ks.moved = false
+			for j, w := range ks.wants(order[i]) {
+				if c := order[i][j]; math.Abs(w-c.share) > hysteresis*max(w, c.share) {
+					ks.moved = true
+				}
+			}
 			for j, c := range order[i] {
 				c.part, c.ready = r.Parts[j], true
 				c.wake()
@@ -278,6 +287,11 @@ func (s *splitter) settle(ctx context.Context, now time.Time, keys []string, ans
 // one that left has ended (to hand its part out).
 func (ks *keyState) due(now time.Time) bool {
 	every := maxInterval
+	if ks.moved {
+		// The shares were computed from a view the settlement showed to
+		// be old: again at the next tick, from the new one.
+		return true
+	}
 	if ks.leaseRate > 0 || ks.leaseUnmet {
 		// The leases of CheckRateLimit take the bucket's tokens as they
 		// come: charged only each interval, the clients' use would leave
