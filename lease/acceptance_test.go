@@ -163,11 +163,14 @@ func TestOvershootBoundAndEfficiency(t *testing.T) {
 		t.Logf("key %d steady state [%v, %v): admitted %d, ideal bucket on the same arrivals %.0f = %.2f%% (rate*span = %.0f); whole run %d admitted",
 			k, time.Duration(lo), time.Duration(hi), n, ideal, 100*float64(n)/ideal, rate*time.Duration(hi-lo).Seconds(), len(times))
 		// On a real clock a loaded machine's stalls of the refill
-		// goroutines waste tokens the ideal bucket does not: once 95.7 %
-		// at load 6-8. The algorithm's own efficiency is asserted on
-		// virtual time (sim's TestLeasedEfficiency, the same setting:
-		// 99.95 %); here only gross breakage fails.
-		assert.GreaterOrEqual(t, float64(n)/ideal, 0.90, "key %d steady-state efficiency", k)
+		// goroutines waste tokens the ideal bucket does not: 95.7 % once
+		// at load 6-8, 86.3 % once in a fresh root with two busy loops
+		// and a measurement beside it (load 7.7). The algorithm's own
+		// efficiency is asserted on virtual time (sim's
+		// TestLeasedEfficiency, the same setting: 99.95 %); here only
+		// gross breakage fails: a node paced at its contended part alone
+		// (half the rate) or a refill that never comes, at or below 0.5.
+		assert.GreaterOrEqual(t, float64(n)/ideal, 0.7, "key %d steady-state efficiency", k)
 	}
 	var calls int64
 	for _, n := range ns {
