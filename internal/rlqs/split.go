@@ -125,9 +125,9 @@ type keyState struct {
 	settled    bool
 	// moved: the view the last settlement brought back gives other
 	// shares than those it applied (computed from the view before).
-	moved bool
-	err        error         // the last settlement's error
-	inflight   chan struct{} // closed when the settlement under way ends
+	moved    bool
+	err      error         // the last settlement's error
+	inflight chan struct{} // closed when the settlement under way ends
 }
 
 // splitter holds this node's keys with RLQS consumers.
