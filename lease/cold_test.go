@@ -66,10 +66,11 @@ func TestColdKeysGoExact(t *testing.T) {
 
 // A paced key whose pace outlasts half its TTL (target period = TTL) is
 // still hot when the pace ends: it leases, it is not sent to the exact
-// path.
+// path. The bucket is contended (a lone node's pace is a quarter period).
 func TestPacedKeyIsNotCold(t *testing.T) {
 	clk := NewManualClock()
 	src := newFake(clk)
+	src.rival = 2
 	m, err := New(Options{Source: src, Clock: clk, SweepEvery: -1, ColdExact: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close(context.Background()) })

@@ -134,28 +134,62 @@ func Watermark(c Config, granted int64) int64 {
 }
 
 // PaceFraction is the part of TargetPeriod a saturated key's refills are
-// spaced by: a node waits until its part of the region rate has gathered
-// PaceFraction × TargetPeriod worth of tokens (see Pace). Lower costs more
-// Redis calls on saturated keys (about 2 per PaceFraction × TargetPeriod
-// per node); higher makes admissions burstier within a period and comes
-// closer to the bucket's fill time, past which refill would be lost at the
-// cap. At the defaults one key at 10x its limit through two nodes costs
-// about 1.3 lease calls per 1,000 decisions.
+// spaced by on a node that shares the key's region bucket: it waits until
+// its part of the rate has gathered PaceFraction × TargetPeriod worth of
+// tokens (see Pace). Lower costs more Redis calls on saturated keys
+// (about 2 per PaceFraction × TargetPeriod per node); higher makes
+// admissions burstier within a period and comes closer to the bucket's
+// fill time, past which refill would be lost at the cap. At the defaults
+// one key at 10x its limit through two nodes costs about 1.3 lease calls
+// per 1,000 decisions.
 const PaceFraction = 0.75
 
-// Part is the part of a region bucket's rate (tokens/s) one node counts
-// as its own when the bucket is contended: MaxShare of it, as MaxShare
-// caps a node's part of the burst. With two nodes at the default 0.5 each
-// takes half of what gathers whatever the phase of their refills.
-func Part(c Config, rate float64) float64 { return c.MaxShare * rate }
+// LonePaceFraction is PaceFraction for a node alone on the bucket (see
+// Alone). Its calls are the key's only calls, and what it has not yet
+// taken is what it lags an ideal bucket by: refilling every quarter of
+// TargetPeriod keeps a saturated key within 3 % of the ideal from its
+// first second, for about 4 calls a second (docs/performance.md, "A
+// fresh bucket's burst").
+const LonePaceFraction = 0.25
+
+// Part is the part of a region bucket's rate (tokens/s) a node counts as
+// its own: all of it when it is alone on the bucket; when the bucket is
+// contended MaxShare of it, as MaxShare caps a node's part of the burst.
+// With two nodes at the default 0.5 each takes half of what gathers
+// whatever the phase of their refills.
+func Part(c Config, rate float64, alone bool) float64 {
+	if alone {
+		return rate
+	}
+	return c.MaxShare * rate
+}
+
+// Alone reports whether nobody else took from a region bucket between
+// two of a node's answers from it. prev is the whole tokens the earlier
+// answer left; gap is the time from that answer's arrival to the sending
+// of this call, shorter than the time between the two script runs; rate
+// and burst are the bucket's (the lower rate of the two answers); before
+// is this answer's left plus its grant. The bucket held at least
+// min(burst, prev + rate·gap) when this call ran: if the answer shows a
+// whole token less, someone took it (another node, an exact check, an
+// RLQS charge). Takes of under a token between two answers go unseen.
+func Alone(prev int64, gap time.Duration, rate float64, burst, before int64) bool {
+	gathered := math.Min(float64(burst), float64(prev)+rate*max(gap, 0).Seconds())
+	return float64(before)+1 > gathered
+}
 
 // UsefulGrant is the smallest grant worth a Redis call for a node whose
 // recent use of the key is use tokens/s: its part of the rate (use if
-// lower: a light user needs less) over PaceFraction × TargetPeriod, no
-// more than MaxShare of the burst, at least 1.
-func UsefulGrant(c Config, rate float64, burst int64, use float64) int64 {
-	p := min(Part(c, rate), max(use, 0))
-	u := int64(math.Ceil(p * PaceFraction * c.TargetPeriod.Seconds()))
+// lower: a light user needs less) over PaceFraction × TargetPeriod
+// (LonePaceFraction when alone), no more than MaxShare of the burst, at
+// least 1.
+func UsefulGrant(c Config, rate float64, burst int64, use float64, alone bool) int64 {
+	f := PaceFraction
+	if alone {
+		f = LonePaceFraction
+	}
+	p := min(Part(c, rate, alone), max(use, 0))
+	u := int64(math.Ceil(p * f * c.TargetPeriod.Seconds()))
 	return max(1, min(u, int64(math.Floor(c.MaxShare*float64(burst))), maxGrant))
 }
 
@@ -173,16 +207,16 @@ func UsefulGrant(c Config, rate float64, burst int64, use float64) int64 {
 // cost cannot be served sooner). Requests meanwhile are denied from
 // memory; a contended key then costs each node one call per wait instead
 // of one per round trip.
-func Pace(c Config, rate float64, burst, left int64, use float64, retry time.Duration) time.Duration {
+func Pace(c Config, rate float64, burst, left int64, use float64, alone bool, retry time.Duration) time.Duration {
 	if rate <= 0 {
 		return retry
 	}
-	u := UsefulGrant(c, rate, burst, use)
+	u := UsefulGrant(c, rate, burst, use, alone)
 	left = max(left, 0)
 	if left >= u {
 		return max(retry, 0)
 	}
-	wait := time.Duration(float64(u) / Part(c, rate) * float64(time.Second))
+	wait := time.Duration(float64(u) / Part(c, rate, alone) * float64(time.Second))
 	fill := time.Duration(float64(max(burst-left, 0)) / rate * float64(time.Second))
 	wait = min(wait, max(fill-PaceSlack, fill/4))
 	return max(wait, retry, time.Millisecond)
@@ -196,7 +230,7 @@ const PaceSlack = 50 * time.Millisecond
 // node's part of what gathered in the region bucket since its last grant,
 // elapsed ago, so that two nodes refilling at about the same moment leave
 // each other's part in the bucket. It never goes below need or 1.
-func PacedWant(c Config, rate float64, elapsed time.Duration, want, need int64) int64 {
-	part := int64(math.Min(math.Ceil(Part(c, rate)*elapsed.Seconds()), maxGrant))
+func PacedWant(c Config, rate float64, elapsed time.Duration, want, need int64, alone bool) int64 {
+	part := int64(math.Min(math.Ceil(Part(c, rate, alone)*elapsed.Seconds()), maxGrant))
 	return max(min(want, part), need, 1)
 }

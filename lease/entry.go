@@ -2,6 +2,7 @@ package lease
 
 import (
 	"sync/atomic"
+	"time"
 )
 
 // entry is one tracked key. Its size is the per-key memory cost of a
@@ -47,11 +48,32 @@ type held struct {
 	left    atomic.Int32 // region bucket tokens after the last grant (for Remaining), capped
 	// Written only by the refill of this entry (one at a time) and read by
 	// the next one: the recent-rate estimate, what was on hand just after
-	// the last grant, and the bucket's effective rate (tokens/s) from the
-	// last answer.
+	// the last grant, the bucket's effective rate (tokens/s) from the last
+	// answer, and answered (see setAnswered).
 	rate     float32
 	lastHand int32
 	bucket   float32
+	answered uint32
+}
+
+// setAnswered records when an answer arrived (clock ns) and whether it
+// found the node alone on the bucket (see Alone), in 4 bytes so that held
+// stays 64: milliseconds, rounded up, in the high 31 bits (a gap past 12 days
+// reads as none: such a key may take one lone pace), alone in the low
+// bit. A held whose bucket is 0 was never answered.
+func (e *held) setAnswered(now int64, alone bool) {
+	e.answered = uint32((now+999_999)/1_000_000) << 1
+	if alone {
+		e.answered |= 1
+	}
+}
+
+// sinceAnswered is the time from the last answer's arrival to t (clock
+// ns), never more than the truth, and whether that answer found the node
+// alone.
+func (e *held) sinceAnswered(t int64) (gap time.Duration, alone bool) {
+	ms := int32((uint32(t/1_000_000)<<1 - e.answered&^1)) >> 1 // sign-extends 31 bits
+	return time.Duration(max(ms, 0)) * time.Millisecond, e.answered&1 != 0
 }
 
 // holdLocked returns e's held, making it and counting it in the cold

@@ -19,6 +19,9 @@ type fakeRegion struct {
 	calls int
 	fail  error
 	gate  chan struct{} // if set, each Lease waits for a receive
+	// rival is what another node takes from each bucket (if it holds
+	// that much) just before each Lease: a contended bucket.
+	rival float64
 }
 
 func newFake(c *ManualClock) *fakeRegion {
@@ -56,6 +59,9 @@ func (f *fakeRegion) Lease(ctx context.Context, groups []Group) ([]Reply, error)
 		r := Reply{Granted: true, Items: make([]Grant, len(g))}
 		for i, it := range g {
 			b := f.bucket(it.Key, it.Spec)
+			if b.Tokens >= f.rival {
+				b.Tokens -= f.rival
+			}
 			r.Items[i] = Grant{Burst: it.Spec.Capacity(), Rate: it.Spec.Rate()}
 			switch {
 			case it.Need > it.Spec.Capacity():

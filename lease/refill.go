@@ -206,7 +206,8 @@ func (m *Manager) size(e *held, lim *Limit, now, need, want int64) int64 {
 	}
 	size := GrantSize(float64(e.rate), lim.cfg, lim.capacity, need)
 	if ce != 0 && e.denyTil.Load() != 0 && e.bucket > 0 {
-		size = PacedWant(lim.cfg, float64(e.bucket), since, size, need)
+		_, alone := e.sinceAnswered(now)
+		size = PacedWant(lim.cfg, float64(e.bucket), since, size, need, alone)
 	}
 	return max(size, min(want, lim.capacity, maxGrant))
 }
@@ -215,14 +216,21 @@ func (m *Manager) size(e *held, lim *Limit, now, need, want int64) int64 {
 func (m *Manager) apply(p refill, lim *Limit, sent int64, r Reply) {
 	g := r.Items[0]
 	e := p.e.held.Load() // made when it was queued
+	now := m.clock.Now()
+	// Alone on the bucket since the last answer? Not known before one.
+	alone := false
+	if e.bucket > 0 {
+		gap, _ := e.sinceAnswered(sent)
+		alone = Alone(int64(e.left.Load()), gap, min(float64(e.bucket), g.Rate), g.Burst, g.Left+g.Granted)
+	}
+	e.setAnswered(now, alone)
 	e.left.Store(int32(min(g.Left, math.MaxInt32)))
 	e.bucket = float32(g.Rate)
-	now := m.clock.Now()
 	// Pacing: when the bucket is left without a useful grant for this
 	// node, the next refill waits until this node's part of the rate has
 	// gathered one; requests meanwhile are denied from memory.
 	pace := func(retry time.Duration) int64 {
-		d := Pace(lim.cfg, g.Rate, g.Burst, g.Left, float64(e.rate), retry)
+		d := Pace(lim.cfg, g.Rate, g.Burst, g.Left, float64(e.rate), alone, retry)
 		if d <= 0 {
 			return 0
 		}
