@@ -325,3 +325,28 @@ func TestLeasedEfficiency(t *testing.T) {
 	assert.GreaterOrEqual(t, r.AdmittedOverIdeal, 0.99)
 	assert.LessOrEqual(t, r.MaxOvershootOverBound, 0.0)
 }
+
+// Issue 44's fresh-burst point on virtual time: one node alone on a
+// fresh key, offered 30,000/s (far past its rate, as 32 requests in
+// flight are on a real node), admits at least 0.97 of an ideal bucket
+// over the first 1 s and 3 s of a 100/s key of burst 1,000 and at least
+// 0.95 over 5 s of a 1,000/s one (internal/node's TestLeasedFreshBurst
+// is the same on a real node and Redis).
+func TestLeasedFreshBurst(t *testing.T) {
+	for _, tc := range []struct {
+		limit int64
+		run   time.Duration
+		least float64
+	}{
+		{100, time.Second, 0.97},
+		{100, 3 * time.Second, 0.97},
+		{1000, 5 * time.Second, 0.95},
+	} {
+		c := Default()
+		c.Regions, c.Nodes, c.Keys, c.Dist = 1, 1, 1, "hot"
+		c.Rate, c.Limit, c.Burst, c.Duration = 30000, tc.limit, 1000, tc.run
+		r := run(t, c)
+		t.Logf("%d/s burst 1,000 over %v: admitted %d of an ideal %d (%.4f); lease calls %d", tc.limit, tc.run, r.Admitted, r.Ideal, r.AdmittedOverIdeal, r.LeaseCalls)
+		assert.GreaterOrEqual(t, r.AdmittedOverIdeal, tc.least, "%d/s over %v", tc.limit, tc.run)
+	}
+}
