@@ -480,7 +480,7 @@ func (s *Store) run(ctx context.Context, script *redis.Script, groups []algorith
 	return s.evalAll(ctx, script, keys, args), nil
 }
 
-// scriptArgs lays a group out as check.lua/refund.lua expect: the keys,
+// scriptArgs lays a group out as check.lua and refund.lua expect: the keys,
 // and 5 ARGV per key. It rejects what would silently misbehave in Redis.
 func (sa *specArgs) scriptArgs(g algorithm.Group) ([]string, []any, error) {
 	keys := make([]string, len(g))
