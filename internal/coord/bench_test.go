@@ -96,7 +96,7 @@ func BenchmarkEpochCPU(b *testing.B) {
 			}
 			c.Tick(time.UnixMilli(k.Interval.Milliseconds()))
 			for b.Loop() {
-				clear(c.rounds)
+				clear(c.inbox.rounds)
 				for _, w := range wire {
 					c.fileWire(w) // as NATSTransport delivers it
 				}
@@ -129,13 +129,13 @@ func BenchmarkMidRoundCPU(b *testing.B) {
 				b.Fatal(err)
 			}
 			c.Tick(time.UnixMilli(k.Interval.Milliseconds() * 3 / 2))
-			c.base = midBase{epoch: 1, all: true, mine: hotKeys(n)}
+			c.reports.base = midBase{epoch: 1, all: true, mine: hotKeys(n)}
 			for _, r := range []string{"ap", "us"} {
-				c.last[r] = hotKeys(n)
+				c.inbox.last[r] = hotKeys(n)
 			}
 			e := &epoch{id: id, k: k, mine: hotKeys(n)}
 			for b.Loop() {
-				clear(c.rounds)
+				clear(c.inbox.rounds)
 				for _, w := range wire {
 					c.fileWire(w)
 				}

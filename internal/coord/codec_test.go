@@ -79,7 +79,7 @@ func TestReportRoundTripsInChunksUnderMaxPayload(t *testing.T) {
 	}
 	slices.SortFunc(es, func(a, b entry) int { return strings.Compare(a.key, b.key) })
 	for name, m := range map[string]*Machine{"wire": wire, "decoded": decoded} {
-		a := m.rounds[roundID{7, 10_000, false}].reports["us"]
+		a := m.inbox.rounds[roundID{7, 10_000, false}].reports["us"]
 		if a == nil || !a.complete() || !slices.Equal(a.entries, es) || !slices.Equal(a.keyed, es) {
 			t.Errorf("%s: the report filed is not the one encoded", name)
 		}
@@ -96,11 +96,11 @@ func sameEntries(a, b []entry) bool {
 
 // sameRounds describes how the rounds of a and b differ, or is "".
 func sameRounds(a, b *Machine) string {
-	if len(a.rounds) != len(b.rounds) {
-		return fmt.Sprintf("%d rounds, %d rounds", len(a.rounds), len(b.rounds))
+	if len(a.inbox.rounds) != len(b.inbox.rounds) {
+		return fmt.Sprintf("%d rounds, %d rounds", len(a.inbox.rounds), len(b.inbox.rounds))
 	}
-	for id, ra := range a.rounds {
-		rb := b.rounds[id]
+	for id, ra := range a.inbox.rounds {
+		rb := b.inbox.rounds[id]
 		if rb == nil || len(ra.reports) != len(rb.reports) || len(ra.acks) != len(rb.acks) {
 			return fmt.Sprintf("round %v: %v, %v", id, ra, rb)
 		}

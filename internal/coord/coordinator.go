@@ -134,7 +134,7 @@ func New(cfg Config) (*Coordinator, error) {
 	if c.now == nil {
 		c.now = time.Now
 	}
-	k := m.knobs
+	k := m.cfg.Knobs
 	c.knobs.Store(&k)
 	c.stats.Store(&Stats{})
 	return c, nil
@@ -175,7 +175,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	defer timer.Stop()
 	for {
 		k := *c.knobs.Load()
-		if k != c.m.knobs {
+		if k != c.m.cfg.Knobs {
 			_ = c.m.SetKnobs(k) // validated by SetKnobs
 		}
 		c.inside(func() { c.m.Tick(c.now()) })

@@ -198,7 +198,7 @@ func TestIsolatedRegionNeverGrowsAndAllConvergeAfterHealing(t *testing.T) {
 }
 
 func TestAsymmetricCutsNeverOversubscribe(t *testing.T) {
-	// The ledger fails the test on any write that makes the shares in
+	// The global ledger fails the test on any write that makes the shares in
 	// force sum above the limit; cut links one way, in turn, while demand
 	// moves around.
 	n := startVnet(t, "ap", "eu", "us")
@@ -224,7 +224,7 @@ func TestFailedShrinkBlocksGrowth(t *testing.T) {
 	n := startVnet(t, "ap", "eu", "us")
 	n.setDemand(testKey, 200, 200, 200)
 	require.True(t, n.within(2*time.Second, func() bool { return near(n.shares(testKey), []float64{1. / 3, 1. / 3, 1. / 3}, 0.01) }), "even shares")
-	n.ledger.fail["ap"] = true
+	n.globalLedger.fail["ap"] = true
 	n.setDemand(testKey, 20, 360, 20)
 	n.run(4 * testKnobs().Interval)
 	// ap could not shrink, so nobody grew.
@@ -232,7 +232,7 @@ func TestFailedShrinkBlocksGrowth(t *testing.T) {
 	require.Equal(t, rebalance.Default(3), s[0], "ap's failed write")
 	require.LessOrEqual(t, int64(s[0])+int64(s[1])+int64(s[2]), int64(rebalance.Unit))
 	require.LessOrEqual(t, s[1], rebalance.Default(3), "eu grew without ap's ack")
-	n.ledger.fail["ap"] = false
+	n.globalLedger.fail["ap"] = false
 	require.True(t, n.within(2*time.Second, func() bool {
 		return near(n.shares(testKey), []float64{20. / 300, 260. / 300, 20. / 300}, 0.01)
 	}), "converged after ap recovered")
@@ -261,7 +261,7 @@ func TestKnobsValidateAndApplyAtRuntime(t *testing.T) {
 
 // TestStandbyTakesOver runs an active and a standby coordinator for eu
 // (with a lock) next to ap and us; stopping the active hands eu to the
-// standby, which reads eu's shares from the ledger (Takeover in
+// standby, which reads eu's shares from the global ledger (Takeover in
 // docs/multi-region.md) and goes on rebalancing.
 func TestStandbyTakesOver(t *testing.T) {
 	n := newVnet(t, "ap", "eu", "us")

@@ -10,10 +10,10 @@ import (
 	"github.com/allot-dev/allot/rebalance"
 )
 
-// ledger is the shares in force in every region, shared by the regions'
+// globalLedger is the shares in force in every region, shared by the regions'
 // fake writers so that every single write can be checked against the
 // global invariant: Σ over regions of a key's shares <= Unit.
-type ledger struct {
+type globalLedger struct {
 	t      testing.TB
 	mu     sync.Mutex
 	def    rebalance.Share
@@ -24,25 +24,25 @@ type ledger struct {
 	violations []string
 }
 
-func newLedger(t testing.TB, regions []string) *ledger {
-	l := &ledger{t: t, def: rebalance.Default(len(regions)), shares: map[string]map[string]rebalance.Share{}, fail: map[string]bool{}}
+func newLedger(t testing.TB, regions []string) *globalLedger {
+	l := &globalLedger{t: t, def: rebalance.Default(len(regions)), shares: map[string]map[string]rebalance.Share{}, fail: map[string]bool{}}
 	for _, r := range regions {
 		l.shares[r] = map[string]rebalance.Share{}
 	}
 	return l
 }
 
-func (l *ledger) shareLocked(region, key string) rebalance.Share {
+func (l *globalLedger) shareLocked(region, key string) rebalance.Share {
 	if s, ok := l.shares[region][key]; ok {
 		return s
 	}
 	return l.def
 }
 
-func (l *ledger) writer(region string) ShareWriter { return ledgerWriter{l, region} }
+func (l *globalLedger) writer(region string) ShareWriter { return ledgerWriter{l, region} }
 
 type ledgerWriter struct {
-	l      *ledger
+	l      *globalLedger
 	region string
 }
 

@@ -13,6 +13,14 @@ import (
 
 // roundID names a round on the wire: an epoch, or with mid its
 // mid-interval round.
+// inbox is the other regions' reports and acks, by round, and the last
+// complete report heard from each, one entry per key in key order: the
+// shares of a region not heard this epoch.
+type inbox struct {
+	rounds map[roundID]*round
+	last   map[string][]entry
+}
+
 type roundID struct {
 	epoch, intervalMS int64
 	mid               bool
@@ -20,7 +28,7 @@ type roundID struct {
 
 // midBase is what the mid-interval round of an epoch builds on: whether
 // the epoch heard every region's complete report (every region then holds
-// the same reports of it, m.last) and this region's own report of it.
+// the same reports of it, m.inbox.last) and this region's own report of it.
 type midBase struct {
 	epoch int64
 	all   bool
@@ -100,7 +108,7 @@ func (m *Machine) fileWire(b []byte) {
 		}
 		id := roundID{w.epoch, w.intervalMS, w.mid}
 		var a *assembly
-		if r := m.rounds[id]; r != nil {
+		if r := m.inbox.rounds[id]; r != nil {
 			a = r.reports[w.region]
 		}
 		if a != nil && !a.wants(w.chunk, w.chunks) {
@@ -149,7 +157,7 @@ func (r *round) assembly(from string, chunks uint32) *assembly {
 // than three of their intervals ago (or start more than two ahead: a
 // skewed or bogus clock) are not kept.
 func (m *Machine) round(id roundID) *round {
-	now := m.now.UnixMilli()
+	now := m.clock.now.UnixMilli()
 	stale := func(r roundID) bool {
 		iv := max(r.intervalMS, 1)
 		start := r.epoch * iv
@@ -161,15 +169,15 @@ func (m *Machine) round(id roundID) *round {
 	if stale(id) {
 		return nil
 	}
-	for old := range m.rounds {
+	for old := range m.inbox.rounds {
 		if stale(old) {
-			delete(m.rounds, old)
+			delete(m.inbox.rounds, old)
 		}
 	}
-	r := m.rounds[id]
+	r := m.inbox.rounds[id]
 	if r == nil {
 		r = &round{reports: map[string]*assembly{}, acks: map[string]*coordv1.Ack{}}
-		m.rounds[id] = r
+		m.inbox.rounds[id] = r
 	}
 	return r
 }
@@ -190,7 +198,7 @@ func (m *Machine) heard(r *round) []string {
 	out := m.completeRegions(r)
 	for _, name := range out {
 		if a := r.reports[name]; a != nil {
-			m.last[name] = a.keyed
+			m.inbox.last[name] = a.keyed
 		}
 	}
 	return out

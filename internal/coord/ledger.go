@@ -7,6 +7,12 @@ import (
 // The share ledger: the shares this region owns, the updates planned
 // to them and their record once written.
 
+// ledger is the shares in force this region owns, when not the default.
+type ledger struct {
+	own    map[string]rebalance.Share
+	unsure map[string]bool // keys whose last write failed: Redis may hold another share
+}
+
 // takeOver ends a listening epoch with this region's shares read from
 // Redis.
 func (m *Machine) takeOver(in SharesRead) {
@@ -17,11 +23,11 @@ func (m *Machine) takeOver(in SharesRead) {
 	def := rebalance.Default(len(m.cfg.Regions))
 	for key, s := range in.Shares {
 		if s != def {
-			m.own[key] = s
+			m.ledger.own[key] = s
 		}
 	}
-	m.listening = false
-	m.log.Info("coord: took over", "keys", len(m.own))
+	m.role.listening = false
+	m.log.Info("coord: took over", "keys", len(m.ledger.own))
 }
 
 // updates lists the keys whose share pick(plan) differs from the one in
@@ -48,11 +54,11 @@ func (m *Machine) updates(ps *plans, pick func(rebalance.KeyPlan) rebalance.Shar
 			continue
 		}
 		s := pick(kp)
-		cur, ok := m.own[key]
+		cur, ok := m.ledger.own[key]
 		if !ok {
 			cur = def
 		}
-		if s == cur && (!refresh || (!ok && !m.unsure[key])) {
+		if s == cur && (!refresh || (!ok && !m.ledger.unsure[key])) {
 			continue
 		}
 		ws = append(ws, write{int32(i), s, cur})
@@ -81,11 +87,11 @@ func (m *Machine) record(us []ShareUpdate, err error) bool {
 	def := rebalance.Default(len(m.cfg.Regions))
 	for _, u := range us {
 		if err != nil {
-			m.unsure[u.Key] = true
+			m.ledger.unsure[u.Key] = true
 		} else {
-			delete(m.unsure, u.Key)
+			delete(m.ledger.unsure, u.Key)
 		}
-		cur, ok := m.own[u.Key]
+		cur, ok := m.ledger.own[u.Key]
 		if !ok {
 			cur = def
 		}
@@ -93,9 +99,9 @@ func (m *Machine) record(us []ShareUpdate, err error) bool {
 			continue
 		}
 		if u.Share == def {
-			delete(m.own, u.Key)
+			delete(m.ledger.own, u.Key)
 		} else {
-			m.own[u.Key] = u.Share
+			m.ledger.own[u.Key] = u.Share
 		}
 	}
 	return err == nil

@@ -44,41 +44,38 @@ import (
 // A Machine is not safe for concurrent use: one goroutine (the driver,
 // Coordinator.Run, or a test) owns it.
 type Machine struct {
-	cfg   MachineConfig
-	log   *slog.Logger
-	knobs Knobs // for the next epoch
+	cfg MachineConfig // Knobs: for the next epoch
+	log *slog.Logger
 
-	now     time.Time // of the last Tick
-	ticked  bool
-	next    time.Time // start of the next epoch
-	renewAt time.Time // next lock renewal (active) or poll (standby); zero: none
+	clock   timing   // the time and what is due when
+	role    role     // the lock: active, listening or standby
+	ledger  ledger   // the shares this region owns
+	reports reporter // demand drained and smoothed into this region's reports
+	inbox   inbox    // the other regions' reports and acks
+	quota   quotas
+	stats   Stats // the last active epoch's
 
-	active    bool
-	listening bool                       // first epoch after becoming active: learn, do not act
-	own       map[string]rebalance.Share // this region's shares in force, when not the default
-	weight    map[string]float64         // smoothed demand of the keys this region reports
-	unsure    map[string]bool            // keys whose last write failed: Redis may hold another share
-	// last is each region's last complete report heard, one entry per key
-	// in key order: the shares of a region not heard this epoch.
-	last      map[string][]entry
-	lastDrain time.Time
-	// The window drain of the epoch starting at windowFor was asked at
-	// windowAsk; windowing: its Drained is awaited.
-	windowFor, windowAsk time.Time
-	windowing            bool
-	rounds               map[roundID]*round
-	base                 midBase
-	quota                quotas
-	ran                  int64
-	stats                Stats
-
-	ep       *epoch // the epoch under way, nil between epochs
-	renewing bool   // a renewal's LockHeld is awaited between epochs
-	out      Ready  // what the next Ready returns
+	ep  *epoch // the round under way, nil between rounds
+	out Ready  // what the next Ready returns
 
 	// grow is the second phase's rule, KeyPlan.Grow; a test swaps it for
 	// a broken one to show the property test catches it.
 	grow func(kp rebalance.KeyPlan, group bool) rebalance.Share
+}
+
+// timing is a Machine's time: the last Tick and the instants due next.
+type timing struct {
+	now     time.Time // of the last Tick
+	ticked  bool
+	next    time.Time // start of the next round
+	renewAt time.Time // next lock renewal (active) or poll (standby); zero: none
+}
+
+// role is a Machine's standing with its region's lock.
+type role struct {
+	active    bool
+	listening bool // first epoch after becoming active: learn, do not act
+	renewing  bool // a renewal's LockHeld is awaited between epochs
 }
 
 // MachineConfig is what a Machine is built from.
@@ -244,16 +241,13 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 		cfg.MaxPayload = 1 << 20
 	}
 	m := &Machine{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		knobs:  cfg.Knobs,
-		own:    map[string]rebalance.Share{},
-		weight: map[string]float64{},
-		unsure: map[string]bool{},
-		last:   map[string][]entry{},
-		rounds: map[roundID]*round{},
-		quota:  newQuotas(),
-		grow:   rebalance.KeyPlan.Grow,
+		cfg:     cfg,
+		log:     cfg.Logger,
+		ledger:  ledger{own: map[string]rebalance.Share{}, unsure: map[string]bool{}},
+		reports: reporter{weight: map[string]float64{}},
+		inbox:   inbox{last: map[string][]entry{}, rounds: map[roundID]*round{}},
+		quota:   newQuotas(),
+		grow:    rebalance.KeyPlan.Grow,
 	}
 	if m.log == nil {
 		m.log = slog.Default()
@@ -267,12 +261,12 @@ func (m *Machine) SetKnobs(k Knobs) error {
 	if err := k.Validate(); err != nil {
 		return fmt.Errorf("coord: knobs: %w", err)
 	}
-	m.knobs = k
+	m.cfg.Knobs = k
 	return nil
 }
 
 // Active reports whether the machine holds its region's lock.
-func (m *Machine) Active() bool { return m.active }
+func (m *Machine) Active() bool { return m.role.active }
 
 // Stats returns the last active epoch's figures.
 func (m *Machine) Stats() Stats { return m.stats }
@@ -281,10 +275,10 @@ func (m *Machine) Stats() Stats { return m.stats }
 // next epoch's start, the end of a gather phase, or a lock renewal. The
 // zero time means "tick me now" (before the first Tick).
 func (m *Machine) Next() time.Time {
-	if !m.ticked {
+	if !m.clock.ticked {
 		return time.Time{}
 	}
-	next := m.next
+	next := m.clock.next
 	if w := m.windowAt(); m.ep == nil && !w.IsZero() {
 		next = w
 	}
@@ -297,8 +291,8 @@ func (m *Machine) Next() time.Time {
 			next = m.ep.start.Add(2 * phase)
 		}
 	}
-	if !m.renewAt.IsZero() && m.renewAt.Before(next) {
-		next = m.renewAt
+	if !m.clock.renewAt.IsZero() && m.clock.renewAt.Before(next) {
+		next = m.clock.renewAt
 	}
 	return next
 }
@@ -313,29 +307,29 @@ func (m *Machine) Ready() Ready {
 // Tick tells the machine the time. Time never goes back for a machine: an
 // earlier now is taken as the last one.
 func (m *Machine) Tick(now time.Time) {
-	if m.ticked && now.Before(m.now) {
-		now = m.now
+	if m.clock.ticked && now.Before(m.clock.now) {
+		now = m.clock.now
 	}
-	m.now = now
-	if !m.ticked {
-		m.ticked = true
-		m.lastDrain = now
-		m.next = m.nextStart(now)
+	m.clock.now = now
+	if !m.clock.ticked {
+		m.clock.ticked = true
+		m.reports.lastDrain = now
+		m.clock.next = m.nextStart(now)
 		if m.cfg.LockRenew > 0 {
-			m.renewAt = now.Add(m.cfg.LockRenew) // a standby polls the lock
+			m.clock.renewAt = now.Add(m.cfg.LockRenew) // a standby polls the lock
 		}
 	}
-	if !m.renewAt.IsZero() && !now.Before(m.renewAt) && (m.ep == nil || !m.ep.wantHold) {
+	if !m.clock.renewAt.IsZero() && !now.Before(m.clock.renewAt) && (m.ep == nil || !m.ep.wantHold) {
 		m.out.Hold = true
-		m.renewAt = now.Add(m.cfg.LockRenew)
+		m.clock.renewAt = now.Add(m.cfg.LockRenew)
 		if m.ep != nil {
 			m.ep.wantHold = true
 		} else {
-			m.renewing = true
+			m.role.renewing = true
 		}
 	}
 	m.openWindow()
-	if m.ep == nil && !now.Before(m.next) {
+	if m.ep == nil && !now.Before(m.clock.next) {
 		m.begin()
 	}
 	m.advance()
@@ -352,8 +346,8 @@ const demandWindow = 3 * time.Second
 // openWindow asks for the drain that opens the next round's demand window
 // once it is due, between rounds.
 func (m *Machine) openWindow() {
-	if w := m.windowAt(); m.ep == nil && !w.IsZero() && !m.now.Before(w) && m.now.Before(m.next) {
-		m.out.Drain, m.windowing, m.windowFor, m.windowAsk = true, true, m.next, m.now
+	if w := m.windowAt(); m.ep == nil && !w.IsZero() && !m.clock.now.Before(w) && m.clock.now.Before(m.clock.next) {
+		m.out.Drain, m.reports.windowing, m.reports.windowFor, m.reports.windowAsk = true, true, m.clock.next, m.clock.now
 	}
 }
 
@@ -361,18 +355,18 @@ func (m *Machine) openWindow() {
 // not to be drained for: the window is the whole interval, or its drain
 // was asked already.
 func (m *Machine) windowAt() time.Time {
-	if demandWindow >= m.knobs.Interval || m.windowFor.Equal(m.next) {
+	if demandWindow >= m.cfg.Knobs.Interval || m.reports.windowFor.Equal(m.clock.next) {
 		return time.Time{}
 	}
-	return m.next.Add(-demandWindow)
+	return m.clock.next.Add(-demandWindow)
 }
 
 // nextStart is the start of the first round after t: the next epoch, or
 // the mid-interval round before it.
 func (m *Machine) nextStart(t time.Time) time.Time {
-	iv := m.knobs.Interval.Nanoseconds()
+	iv := m.cfg.Knobs.Interval.Nanoseconds()
 	k := t.UnixNano() / iv
-	if mid := k*iv + iv/2; midRounds(m.knobs.Interval) && mid > t.UnixNano() {
+	if mid := k*iv + iv/2; midRounds(m.cfg.Knobs.Interval) && mid > t.UnixNano() {
 		return time.Unix(0, mid)
 	}
 	return time.Unix(0, (k+1)*iv)
@@ -393,12 +387,12 @@ func (e *epoch) phase() time.Duration {
 	return time.Duration(float64(iv) * e.k.Gather)
 }
 
-// begin starts the round due at m.next: an epoch, or its mid-interval
+// begin starts the round due at m.clock.next: an epoch, or its mid-interval
 // round.
 func (m *Machine) begin() {
-	k := m.knobs
+	k := m.cfg.Knobs
 	iv := k.Interval.Nanoseconds()
-	start := m.next
+	start := m.clock.next
 	num := start.UnixNano() / iv
 	if start.UnixNano()%iv != 0 {
 		m.beginMid(k, num, start)
@@ -407,7 +401,7 @@ func (m *Machine) begin() {
 	e := &epoch{id: roundID{num, k.Interval.Milliseconds(), false}, k: k, start: start, stage: stageStart}
 	e.wantDrain, e.wantHold = true, true
 	m.out.Drain, m.out.Hold = true, true
-	m.renewing = false // this Hold answers for it
+	m.role.renewing = false // this Hold answers for it
 	m.ep = e
 }
 
@@ -416,7 +410,7 @@ func (m *Machine) begin() {
 // listening, or did not hear every region's report of epoch num. The
 // others then do not hear it and skip the round too.
 func (m *Machine) beginMid(k Knobs, num int64, start time.Time) {
-	if !m.active || m.listening || !m.base.all || m.base.epoch != num {
+	if !m.role.active || m.role.listening || !m.reports.base.all || m.reports.base.epoch != num {
 		m.finish()
 		return
 	}
@@ -429,7 +423,7 @@ func (m *Machine) beginMid(k Knobs, num int64, start time.Time) {
 // ran into the next one's window opens it now, not at the next Tick.
 func (m *Machine) finish() {
 	m.ep = nil
-	m.next = m.nextStart(m.now)
+	m.clock.next = m.nextStart(m.clock.now)
 	m.openWindow()
 }
 
@@ -442,13 +436,13 @@ func (m *Machine) Step(in Input) {
 	case Drained:
 		switch {
 		case e != nil && e.wantDrain:
-			e.wantDrain, m.windowing = false, false
+			e.wantDrain, m.reports.windowing = false, false
 			e.rates = m.drain(e.start, in.Tokens)
-		case m.windowing:
+		case m.reports.windowing:
 			// The demand before the window: quota keys still note it,
 			// shares do not follow it.
-			m.windowing, m.lastDrain = false, m.windowAsk
-			m.noteDemand(in.Tokens, m.windowAsk)
+			m.reports.windowing, m.reports.lastDrain = false, m.reports.windowAsk
+			m.noteDemand(in.Tokens, m.reports.windowAsk)
 			return
 		default:
 			return
@@ -461,12 +455,12 @@ func (m *Machine) Step(in Input) {
 		switch {
 		case e != nil && e.wantHold:
 			e.wantHold = false
-			if !m.active {
+			if !m.role.active {
 				m.finish() // standby (or just lost the lock): nothing more this epoch
 				return
 			}
-		case m.renewing:
-			m.renewing = false
+		case m.role.renewing:
+			m.role.renewing = false
 		}
 	case Counted:
 		if e == nil || !e.wantCount {
@@ -525,7 +519,7 @@ func (m *Machine) advance() {
 				e.stage = stageReports
 				continue
 			}
-			if m.listening {
+			if m.role.listening {
 				e.stage = stageListen
 				continue
 			}
@@ -539,7 +533,7 @@ func (m *Machine) advance() {
 			m.report(e)
 			e.stage = stageReports
 		case stageReports:
-			if completeReports(e.r) < others && m.now.Before(e.start.Add(phase)) {
+			if completeReports(e.r) < others && m.clock.now.Before(e.start.Add(phase)) {
 				return
 			}
 			if e.id.mid {
@@ -552,7 +546,7 @@ func (m *Machine) advance() {
 				Body: &coordv1.Message_Ack{Ack: &coordv1.Ack{Heard: e.heard, Ok: e.ok}}})
 			e.stage = stageAcks
 		case stageAcks:
-			if !m.acked(e.r, e.heard) && m.now.Before(e.start.Add(2*phase)) {
+			if !m.acked(e.r, e.heard) && m.clock.now.Before(e.start.Add(2*phase)) {
 				return
 			}
 			e.st.Group = e.ok && len(e.heard) > 1 && m.group(e.r, e.heard)
@@ -572,12 +566,12 @@ func (m *Machine) advance() {
 			m.done(e)
 			return
 		case stageListen:
-			if completeReports(e.r) < others && m.now.Before(e.start.Add(phase)) {
+			if completeReports(e.r) < others && m.clock.now.Before(e.start.Add(phase)) {
 				return
 			}
 			m.heard(e.r)
 			keys := map[string]bool{}
-			for _, es := range m.last {
+			for _, es := range m.inbox.last {
 				for _, e := range es {
 					if e.share != 0 {
 						keys[e.key] = true
@@ -611,7 +605,7 @@ func (m *Machine) report(e *epoch) {
 // remote quota counts.
 func (m *Machine) shrink(e *epoch) {
 	e.heard = m.heard(e.r)
-	m.base = midBase{epoch: e.id.epoch, all: len(e.heard) == len(m.cfg.Regions), mine: e.mine}
+	m.reports.base = midBase{epoch: e.id.epoch, all: len(e.heard) == len(m.cfg.Regions), mine: e.mine}
 	e.plans = m.plan(e.r, e.mine, e.heard, e.k)
 	// Quota counts need no two phases: they only ever raise what a region
 	// counts against its limit.
@@ -645,12 +639,11 @@ func (m *Machine) done(e *epoch) {
 		m.finish()
 		return
 	}
-	m.ran++
-	e.st.Rounds = m.ran
+	e.st.Rounds = m.stats.Rounds + 1
 	m.stats = e.st
-	shares := make([]rebalance.Share, 0, len(m.own))
-	for _, key := range slices.Sorted(maps.Keys(m.own)) {
-		shares = append(shares, m.own[key])
+	shares := make([]rebalance.Share, 0, len(m.ledger.own))
+	for _, key := range slices.Sorted(maps.Keys(m.ledger.own)) {
+		shares = append(shares, m.ledger.own[key])
 	}
 	m.out.Round = &Round{Start: e.start, Stats: e.st, Regions: len(m.cfg.Regions), Shares: shares}
 	m.log.Debug("coord: epoch", "epoch", e.id.epoch, "heard", e.st.Heard, "group", e.st.Group, "keys", e.st.Keys, "written", e.st.Written, "report_bytes", e.st.ReportBytes)
@@ -662,22 +655,22 @@ func (m *Machine) done(e *epoch) {
 // from Redis).
 func (m *Machine) elect(held bool) {
 	switch {
-	case held && !m.active:
+	case held && !m.role.active:
 		m.log.Info("coord: active")
-		m.active, m.listening = true, true
+		m.role.active, m.role.listening = true, true
 		if m.cfg.LockRenew > 0 {
-			m.renewAt = m.now.Add(m.cfg.LockRenew)
+			m.clock.renewAt = m.clock.now.Add(m.cfg.LockRenew)
 		}
-	case !held && m.active:
+	case !held && m.role.active:
 		m.log.Info("coord: standby")
-		m.active = false
+		m.role.active = false
 		if m.cfg.LockRenew > 0 {
-			m.renewAt = m.now.Add(m.cfg.LockRenew)
+			m.clock.renewAt = m.clock.now.Add(m.cfg.LockRenew)
 		}
-		clear(m.own)
-		clear(m.weight)
-		clear(m.unsure)
-		m.base = midBase{}
+		clear(m.ledger.own)
+		clear(m.reports.weight)
+		clear(m.ledger.unsure)
+		m.reports.base = midBase{}
 		m.quota.reset()
 	}
 }

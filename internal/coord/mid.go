@@ -35,20 +35,20 @@ func (m *Machine) midReport(e *epoch) {
 			return
 		}
 		before := 0.0
-		if b, ok := findRate(m.base.mine, key); ok {
+		if b, ok := findRate(m.reports.base.mine, key); ok {
 			before = float64(b.rate)
 		}
 		fair := lim.Rate / n
 		if math.Abs(now-before) <= k.Headroom*fair || max(now, before) < k.HeavyHitter*fair || max(now, before) == 0 {
 			return
 		}
-		s := m.own[key]
-		out = append(out, entry{key: key, rate: float32(now), weight: float32(rebalance.Smooth(m.weight[key], now, k.Smoothing)), share: s})
+		s := m.ledger.own[key]
+		out = append(out, entry{key: key, rate: float32(now), weight: float32(rebalance.Smooth(m.reports.weight[key], now, k.Smoothing)), share: s})
 	}
 	for key, rate := range e.rates {
 		consider(key, rate)
 	}
-	for _, b := range m.base.mine {
+	for _, b := range m.reports.base.mine {
 		if _, ok := e.rates[b.key]; !ok {
 			consider(b.key, 0)
 		}
@@ -101,9 +101,9 @@ func (m *Machine) midPlan(e *epoch) *plans {
 	most := 0
 	for i, name := range regions {
 		if name == m.cfg.Region {
-			fresh[i].es, base[i].es = e.mine, m.base.mine
+			fresh[i].es, base[i].es = e.mine, m.reports.base.mine
 		} else {
-			fresh[i].es, base[i].es = e.r.reports[name].keyed, m.last[name]
+			fresh[i].es, base[i].es = e.r.reports[name].keyed, m.inbox.last[name]
 		}
 		next[i].es = fresh[i].es
 		most = max(most, len(fresh[i].es))
@@ -135,7 +135,7 @@ func (m *Machine) midPlan(e *epoch) *plans {
 				}
 			}
 			if name == m.cfg.Region {
-				if s, ok := m.own[key]; ok {
+				if s, ok := m.ledger.own[key]; ok {
 					r.Share = s
 				} else {
 					r.Share = def

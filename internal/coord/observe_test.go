@@ -12,7 +12,7 @@ import (
 // region's non-default shares (without keys).
 func TestObserveSeesActiveEpochs(t *testing.T) {
 	regions := []string{"eu", "us"}
-	hub, ledger := NewHub(), newLedger(t, regions)
+	hub, globalLedger := NewHub(), newLedger(t, regions)
 	rounds := make(chan Round, 64)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -21,7 +21,7 @@ func TestObserveSeesActiveEpochs(t *testing.T) {
 		tokens := map[string]int64{"eu": 9, "us": 1}[r]
 		d := demandFunc(func(fn func(string, int64, int64)) { fn(testKey, tokens, 0) })
 		cfg := Config{Region: r, Regions: regions, Transport: hub.Join(r), Demand: d,
-			Writer: ledger.writer(r), Limits: testLimits, Knobs: testKnobs(), Logger: testLogger(t)}
+			Writer: globalLedger.writer(r), Limits: testLimits, Knobs: testKnobs(), Logger: testLogger(t)}
 		if r == "eu" {
 			cfg.Observe = func(_ context.Context, rd Round) {
 				select {

@@ -35,7 +35,7 @@ func TestPlanIsTheMapJoin(t *testing.T) {
 				rd.reports[name] = &assembly{done: true, entries: es, keyed: es}
 				heard = append(heard, name)
 			case 1:
-				m.last[name] = report(true)
+				m.inbox.last[name] = report(true)
 			}
 		}
 		slices.Sort(heard)
@@ -126,7 +126,7 @@ func mapPlan(m *Machine, r *round, mine []entry, heard []string, k Knobs) map[st
 						reg.Share = e.share
 					}
 				}
-			} else if e, ok := index(m.last[name])[key]; ok && e.share != 0 {
+			} else if e, ok := index(m.inbox.last[name])[key]; ok && e.share != 0 {
 				reg.Share = e.share
 			}
 			regions = append(regions, reg)
@@ -163,18 +163,18 @@ func TestMidPlanIsTheMapJoin(t *testing.T) {
 			t.Fatal(err)
 		}
 		e := &epoch{k: k, r: &round{reports: map[string]*assembly{}}, mine: report(4, false)}
-		m.base.mine = report(2, false)
+		m.reports.base.mine = report(2, false)
 		fresh := map[string]map[string]entry{"eu": index(e.mine)}
-		base := map[string]map[string]entry{"eu": index(m.base.mine)}
+		base := map[string]map[string]entry{"eu": index(m.reports.base.mine)}
 		for _, name := range []string{"ap", "us", "za"} {
 			es := report(2+r.IntN(6), true)
 			e.r.reports[name] = &assembly{done: true, entries: es, keyed: es}
-			m.last[name] = report(2, true)
-			fresh[name], base[name] = index(es), index(m.last[name])
+			m.inbox.last[name] = report(2, true)
+			fresh[name], base[name] = index(es), index(m.inbox.last[name])
 		}
 		for key := range base["eu"] {
 			if r.IntN(2) == 0 {
-				m.own[key] = rebalance.Share(r.Int64N(int64(rebalance.Unit) / 2))
+				m.ledger.own[key] = rebalance.Share(r.Int64N(int64(rebalance.Unit) / 2))
 			}
 		}
 
@@ -200,7 +200,7 @@ func TestMidPlanIsTheMapJoin(t *testing.T) {
 					}
 					if name == "eu" {
 						reg.Share = def
-						if s, ok := m.own[key]; ok {
+						if s, ok := m.ledger.own[key]; ok {
 							reg.Share = s
 						}
 					}

@@ -81,7 +81,7 @@ func (m *Machine) plan(r *round, mine []entry, heard []string, k Knobs) *plans {
 		case a != nil && slices.Contains(heard, name):
 			at[i].es, isHeard[i] = a.keyed, true
 		default:
-			at[i].es = m.last[name]
+			at[i].es = m.inbox.last[name]
 		}
 		if isHeard[i] {
 			next[i].es = at[i].es

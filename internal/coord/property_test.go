@@ -103,7 +103,7 @@ func (s *schedule) run() string {
 					s.cut[[2]string{a, b}] = true // one-way cuts too
 				}
 			}
-			n.ledger.fail[a] = r.IntN(6) == 0
+			n.globalLedger.fail[a] = r.IntN(6) == 0
 		}
 		s.drop, s.dup, s.late = 0.3*r.Float64(), 0.3*r.Float64(), 0.3*r.Float64()
 		s.maxDelay = time.Duration(1+r.IntN(40)) * time.Millisecond
@@ -116,14 +116,14 @@ func (s *schedule) run() string {
 			n.setDemand(key, rates...)
 		}
 		n.run(time.Duration(1+r.IntN(3)) * s.k.Interval)
-		if len(n.ledger.violations) > 0 {
-			return fmt.Sprintf("segment %d: %s", seg, n.ledger.violations[0])
+		if len(n.globalLedger.violations) > 0 {
+			return fmt.Sprintf("segment %d: %s", seg, n.globalLedger.violations[0])
 		}
 	}
 	// Heal: every link up, no faults, constant demand.
 	s.cut = nil
 	s.drop, s.dup, s.late, s.maxDelay = 0, 0, 0, time.Millisecond
-	clear(n.ledger.fail)
+	clear(n.globalLedger.fail)
 	want := map[string][]float64{}
 	for _, key := range s.keys {
 		rates := make([]float64, len(regions))
@@ -134,8 +134,8 @@ func (s *schedule) run() string {
 		want[key] = rates
 	}
 	n.run(time.Duration(s.healEpochs) * s.k.Interval)
-	if len(n.ledger.violations) > 0 {
-		return "after healing: " + n.ledger.violations[0]
+	if len(n.globalLedger.violations) > 0 {
+		return "after healing: " + n.globalLedger.violations[0]
 	}
 	// Convergence: every region holds its fair target over all regions.
 	// With every region heard the target does not depend on the shares
@@ -166,7 +166,7 @@ func (s *schedule) String() string {
 // on the real Machine: 10,000 random histories of 2 to 4 regions (clock
 // skews, one-way and two-way partitions, lost, duplicated, reordered and
 // late messages, failing writes, moving demand), each checking Theorem 1
-// (the shares in force never sum past L: the ledger checks every single
+// (the shares in force never sum past L: the global ledger checks every single
 // write) and then, after the links heal, convergence to the fair target
 // within three epochs.
 //

@@ -11,10 +11,22 @@ import (
 // The report builder: the region's drained demand, smoothed, into the
 // entries it reports.
 
+// reporter is the report builder's state.
+type reporter struct {
+	weight    map[string]float64 // smoothed demand of the keys this region reports
+	lastDrain time.Time
+	// The window drain of the epoch starting at windowFor was asked at
+	// windowAsk; windowing: its Drained is awaited.
+	windowFor, windowAsk time.Time
+	windowing            bool
+	// base is the last epoch's report, the mid-interval round's base.
+	base midBase
+}
+
 // drain turns the tokens since the last drain into rates (tokens/s).
 func (m *Machine) drain(now time.Time, tokens map[string]float64) map[string]float64 {
-	secs := now.Sub(m.lastDrain).Seconds()
-	m.lastDrain = now
+	secs := now.Sub(m.reports.lastDrain).Seconds()
+	m.reports.lastDrain = now
 	m.noteDemand(tokens, now)
 	if secs <= 0 {
 		secs = 1e-3
@@ -39,10 +51,10 @@ func (m *Machine) reportEntries(rates map[string]float64, k Knobs) []entry {
 			continue
 		}
 		seen[key] = true
-		m.weight[key] = rebalance.Smooth(m.weight[key], rate, k.Smoothing)
-		out = append(out, entry{key: key, rate: float32(rate), weight: float32(m.weight[key])})
+		m.reports.weight[key] = rebalance.Smooth(m.reports.weight[key], rate, k.Smoothing)
+		out = append(out, entry{key: key, rate: float32(rate), weight: float32(m.reports.weight[key])})
 	}
-	for key, s := range m.own {
+	for key, s := range m.ledger.own {
 		if seen[key] {
 			for i := range out {
 				if out[i].key == key {
@@ -52,16 +64,16 @@ func (m *Machine) reportEntries(rates map[string]float64, k Knobs) []entry {
 			continue
 		}
 		if _, ok := m.cfg.Limits.Global(key); !ok {
-			delete(m.own, key) // its policy is gone or no longer global
+			delete(m.ledger.own, key) // its policy is gone or no longer global
 			continue
 		}
 		seen[key] = true
-		m.weight[key] = rebalance.Smooth(m.weight[key], rates[key], k.Smoothing)
-		out = append(out, entry{key: key, rate: float32(rates[key]), weight: float32(m.weight[key]), share: s})
+		m.reports.weight[key] = rebalance.Smooth(m.reports.weight[key], rates[key], k.Smoothing)
+		out = append(out, entry{key: key, rate: float32(rates[key]), weight: float32(m.reports.weight[key]), share: s})
 	}
-	for key := range m.weight {
+	for key := range m.reports.weight {
 		if !seen[key] {
-			delete(m.weight, key)
+			delete(m.reports.weight, key)
 		}
 	}
 	slices.SortFunc(out, func(a, b entry) int { return strings.Compare(a.key, b.key) })

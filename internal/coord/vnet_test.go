@@ -20,14 +20,14 @@ import (
 // once. Time jumps from one event to the next (a machine's Next, a
 // message's delivery), so an epoch of virtual time costs microseconds and
 // no test sleeps. Every I/O a machine asks for is executed at once against
-// the shared ledger, which checks Theorem 1 on every single write.
+// the shared global ledger, which checks Theorem 1 on every single write.
 type vnet struct {
-	now     time.Time
-	regions []string
-	members []*member
-	ledger  *ledger
-	queue   []delivery
-	seq     int
+	now          time.Time
+	regions      []string
+	members      []*member
+	globalLedger *globalLedger
+	queue        []delivery
+	seq          int
 	// deliver decides the fate of one message from -> to: the delays of
 	// its copies (none: dropped). Nil delivers every message after 1 ms.
 	deliver func(from, to *member, m *coordv1.Message) []time.Duration
@@ -74,7 +74,7 @@ type vlock struct {
 // newVnet returns an empty world of regions; t (nil: none) is failed on
 // any write that breaks Theorem 1.
 func newVnet(t testing.TB, regions ...string) *vnet {
-	return &vnet{now: time.Unix(1_800_000_000, 0), regions: regions, ledger: newLedger(t, regions), locks: map[string]*vlock{},
+	return &vnet{now: time.Unix(1_800_000_000, 0), regions: regions, globalLedger: newLedger(t, regions), locks: map[string]*vlock{},
 		counts: map[string]map[string]QuotaCount{}, remote: map[string]map[string]QuotaCount{}}
 }
 
@@ -127,7 +127,9 @@ func (mb *member) accrue(now time.Time) {
 }
 
 // share is region's share of key in force.
-func (n *vnet) share(region, key string) rebalance.Share { return n.ledger.shareLocked(region, key) }
+func (n *vnet) share(region, key string) rebalance.Share {
+	return n.globalLedger.shareLocked(region, key)
+}
 
 func (n *vnet) shares(key string) []rebalance.Share {
 	out := make([]rebalance.Share, len(n.regions))
@@ -204,7 +206,7 @@ func (n *vnet) send(to *member, m *coordv1.Message, d time.Duration) {
 // for nothing more.
 func (n *vnet) drive(mb *member) {
 	ctx := context.Background()
-	w := n.ledger.writer(mb.region)
+	w := n.globalLedger.writer(mb.region)
 	for {
 		rd := mb.m.Ready()
 		if rd.Empty() {
