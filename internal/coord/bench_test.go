@@ -98,16 +98,16 @@ func BenchmarkEpochCPU(b *testing.B) {
 			for b.Loop() {
 				clear(c.inbox.rounds)
 				for _, w := range wire {
-					c.fileWire(w) // as NATSTransport delivers it
+					c.inbox.fileWire(w, c.clock.now) // as NATSTransport delivers it
 				}
-				r := c.roundOrEmpty(roundID{1, k.Interval.Milliseconds(), false})
-				heard := c.heard(r)
+				r := c.inbox.roundOrEmpty(roundID{1, k.Interval.Milliseconds(), false}, c.clock.now)
+				heard := c.inbox.heard(r)
 				if len(heard) != len(regions) {
 					b.Fatalf("heard %v, want every region", heard)
 				}
 				plans := c.plan(r, mine, heard, k)
-				c.updates(plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Shrunk[kp.Self] }, k, true)
-				c.updates(plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Grow(true) }, k, false)
+				c.ledger.updates(plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Shrunk[kp.Self] }, k, true)
+				c.ledger.updates(plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Grow(true) }, k, false)
 			}
 		})
 	}
@@ -137,9 +137,9 @@ func BenchmarkMidRoundCPU(b *testing.B) {
 			for b.Loop() {
 				clear(c.inbox.rounds)
 				for _, w := range wire {
-					c.fileWire(w)
+					c.inbox.fileWire(w, c.clock.now)
 				}
-				e.r = c.roundOrEmpty(id)
+				e.r = c.inbox.roundOrEmpty(id, c.clock.now)
 				if completeReports(e.r) != 2 {
 					b.Fatal("the other regions' mid reports are not complete")
 				}
@@ -147,8 +147,8 @@ func BenchmarkMidRoundCPU(b *testing.B) {
 				if len(plans.keys) != n {
 					b.Fatalf("planned %d keys, want %d", len(plans.keys), n)
 				}
-				c.updates(plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Shrunk[kp.Self] }, k, false)
-				c.updates(plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Grow(true) }, k, false)
+				c.ledger.updates(plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Shrunk[kp.Self] }, k, false)
+				c.ledger.updates(plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Grow(true) }, k, false)
 			}
 		})
 	}

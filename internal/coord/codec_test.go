@@ -75,7 +75,7 @@ func TestReportRoundTripsInChunksUnderMaxPayload(t *testing.T) {
 			t.Fatalf("chunk %d, as encodeReport makes it, is not read from the wire", i)
 		}
 		wire.Step(Received{Wire: b})
-		decoded.file(msgs[i])
+		decoded.inbox.file(msgs[i], decoded.clock.now)
 	}
 	slices.SortFunc(es, func(a, b entry) int { return strings.Compare(a.key, b.key) })
 	for name, m := range map[string]*Machine{"wire": wire, "decoded": decoded} {
@@ -165,7 +165,7 @@ func TestWireIsFiledAsTheDecodedMessage(t *testing.T) {
 			}
 			got.Step(Received{Wire: b})
 			if msg := (&coordv1.Message{}); proto.Unmarshal(b, msg) == nil {
-				want.file(msg)
+				want.inbox.file(msg, want.clock.now)
 			}
 			if d := sameRounds(got, want); d != "" {
 				t.Fatalf("after %x:\nfrom the wire / decoded: %s", b, d)
@@ -247,7 +247,7 @@ func FuzzFileWire(f *testing.F) {
 		got, want := receiver(t), receiver(t)
 		got.Step(Received{Wire: b})
 		if msg := (&coordv1.Message{}); proto.Unmarshal(b, msg) == nil {
-			want.file(msg)
+			want.inbox.file(msg, want.clock.now)
 		}
 		if d := sameRounds(got, want); d != "" {
 			t.Fatalf("from the wire / decoded: %s", d)

@@ -1,7 +1,9 @@
 package coord
 
 import (
+	"log/slog"
 	"slices"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -17,8 +19,11 @@ import (
 // complete report heard from each, one entry per key in key order: the
 // shares of a region not heard this epoch.
 type inbox struct {
-	rounds map[roundID]*round
-	last   map[string][]entry
+	self    string   // this region, whose own messages come back and are ignored
+	regions []string // every region, sorted
+	log     *slog.Logger
+	rounds  map[roundID]*round
+	last    map[string][]entry
 }
 
 type roundID struct {
@@ -28,7 +33,7 @@ type roundID struct {
 
 // midBase is what the mid-interval round of an epoch builds on: whether
 // the epoch heard every region's complete report (every region then holds
-// the same reports of it, m.inbox.last) and this region's own report of it.
+// the same reports of it, in.last) and this region's own report of it.
 type midBase struct {
 	epoch int64
 	all   bool
@@ -78,8 +83,8 @@ func (a *assembly) add(ch uint32, c chunk) {
 }
 
 // file stores a message in its round.
-func (m *Machine) file(msg *coordv1.Message) {
-	r := m.roundFrom(msg.GetRegion(), roundID{msg.GetEpoch(), msg.GetIntervalMs(), msg.GetMid()})
+func (in *inbox) file(msg *coordv1.Message, now time.Time) {
+	r := in.roundFrom(msg.GetRegion(), roundID{msg.GetEpoch(), msg.GetIntervalMs(), msg.GetMid()}, now)
 	if r == nil {
 		return
 	}
@@ -101,14 +106,14 @@ func (m *Machine) file(msg *coordv1.Message) {
 // chunk to file is decoded from the wire; anything else goes through
 // proto.Unmarshal and file, as the transport once did for every message,
 // so that what is filed, created or dropped is the same either way.
-func (m *Machine) fileWire(b []byte) {
+func (in *inbox) fileWire(b []byte, now time.Time) {
 	if w, ok := readReportWire(b); ok {
-		if w.region == m.cfg.Region || !slices.Contains(m.cfg.Regions, w.region) {
+		if w.region == in.self || !slices.Contains(in.regions, w.region) {
 			return // this region's own (each comes back) or an unknown region's: ignored, whatever it holds
 		}
 		id := roundID{w.epoch, w.intervalMS, w.mid}
 		var a *assembly
-		if r := m.inbox.rounds[id]; r != nil {
+		if r := in.rounds[id]; r != nil {
 			a = r.reports[w.region]
 		}
 		if a != nil && !a.wants(w.chunk, w.chunks) {
@@ -116,7 +121,7 @@ func (m *Machine) fileWire(b []byte) {
 		}
 		if a != nil || w.chunk < w.chunks {
 			if c, ok := w.check(); ok {
-				if r := m.roundFrom(w.region, id); r != nil {
+				if r := in.roundFrom(w.region, id, now); r != nil {
 					r.assembly(w.region, w.chunks).add(w.chunk, c)
 				}
 				return
@@ -125,21 +130,21 @@ func (m *Machine) fileWire(b []byte) {
 	}
 	msg := &coordv1.Message{}
 	if err := proto.Unmarshal(b, msg); err != nil {
-		m.log.Warn("coord: dropping undecodable message", "err", err)
+		in.log.Warn("coord: dropping undecodable message", "err", err)
 		return
 	}
-	m.file(msg)
+	in.file(msg, now)
 }
 
 // roundFrom returns the round of a message of region from, or nil when
 // the message is to be ignored: from this region (the standby's own
 // reports are never needed: a new active reads its shares from Redis), of
 // an unknown region, or of a round not kept.
-func (m *Machine) roundFrom(from string, id roundID) *round {
-	if from == m.cfg.Region || !slices.Contains(m.cfg.Regions, from) {
+func (in *inbox) roundFrom(from string, id roundID, now time.Time) *round {
+	if from == in.self || !slices.Contains(in.regions, from) {
 		return nil
 	}
-	return m.round(id)
+	return in.round(id, now)
 }
 
 // assembly returns the report of region from being assembled, starting
@@ -156,8 +161,8 @@ func (r *round) assembly(from string, chunks uint32) *assembly {
 // round returns the round of id, creating it. Rounds that started more
 // than three of their intervals ago (or start more than two ahead: a
 // skewed or bogus clock) are not kept.
-func (m *Machine) round(id roundID) *round {
-	now := m.clock.now.UnixMilli()
+func (in *inbox) round(id roundID, at time.Time) *round {
+	now := at.UnixMilli()
 	stale := func(r roundID) bool {
 		iv := max(r.intervalMS, 1)
 		start := r.epoch * iv
@@ -169,15 +174,15 @@ func (m *Machine) round(id roundID) *round {
 	if stale(id) {
 		return nil
 	}
-	for old := range m.inbox.rounds {
+	for old := range in.rounds {
 		if stale(old) {
-			delete(m.inbox.rounds, old)
+			delete(in.rounds, old)
 		}
 	}
-	r := m.inbox.rounds[id]
+	r := in.rounds[id]
 	if r == nil {
 		r = &round{reports: map[string]*assembly{}, acks: map[string]*coordv1.Ack{}}
-		m.inbox.rounds[id] = r
+		in.rounds[id] = r
 	}
 	return r
 }
@@ -185,8 +190,8 @@ func (m *Machine) round(id roundID) *round {
 // roundOrEmpty is round, or an empty round when this epoch runs so late
 // that its messages are no longer kept: it then hears nobody, which is
 // safe.
-func (m *Machine) roundOrEmpty(id roundID) *round {
-	if r := m.round(id); r != nil {
+func (in *inbox) roundOrEmpty(id roundID, now time.Time) *round {
+	if r := in.round(id, now); r != nil {
 		return r
 	}
 	return &round{reports: map[string]*assembly{}, acks: map[string]*coordv1.Ack{}}
@@ -194,11 +199,11 @@ func (m *Machine) roundOrEmpty(id roundID) *round {
 
 // heard returns the sorted names of the regions whose complete reports of
 // round r arrived (self always) and remembers their shares.
-func (m *Machine) heard(r *round) []string {
-	out := m.completeRegions(r)
+func (in *inbox) heard(r *round) []string {
+	out := in.completeRegions(r)
 	for _, name := range out {
 		if a := r.reports[name]; a != nil {
-			m.inbox.last[name] = a.keyed
+			in.last[name] = a.keyed
 		}
 	}
 	return out
@@ -206,8 +211,8 @@ func (m *Machine) heard(r *round) []string {
 
 // completeRegions returns the sorted names of the regions whose complete
 // reports of round r arrived, self always.
-func (m *Machine) completeRegions(r *round) []string {
-	out := []string{m.cfg.Region}
+func (in *inbox) completeRegions(r *round) []string {
+	out := []string{in.self}
 	for name, a := range r.reports {
 		if a.complete() {
 			out = append(out, name)
@@ -228,9 +233,9 @@ func completeReports(r *round) int {
 }
 
 // acked reports whether every heard region's ack of round r arrived.
-func (m *Machine) acked(r *round, heard []string) bool {
+func (in *inbox) acked(r *round, heard []string) bool {
 	for _, name := range heard {
-		if name != m.cfg.Region && r.acks[name] == nil {
+		if name != in.self && r.acks[name] == nil {
 			return false
 		}
 	}
@@ -239,9 +244,9 @@ func (m *Machine) acked(r *round, heard []string) bool {
 
 // group reports whether every heard region acknowledged, successfully, a
 // plan made from exactly the same heard set.
-func (m *Machine) group(r *round, heard []string) bool {
+func (in *inbox) group(r *round, heard []string) bool {
 	for _, name := range heard {
-		if name == m.cfg.Region {
+		if name == in.self {
 			continue
 		}
 		a := r.acks[name]

@@ -9,25 +9,27 @@ import (
 
 // ledger is the shares in force this region owns, when not the default.
 type ledger struct {
+	def    rebalance.Share // the default share, what a key not in own holds
+	limits Limits
 	own    map[string]rebalance.Share
 	unsure map[string]bool // keys whose last write failed: Redis may hold another share
 }
 
-// takeOver ends a listening epoch with this region's shares read from
-// Redis.
-func (m *Machine) takeOver(in SharesRead) {
-	if in.Err != nil {
-		m.log.Warn("coord: read shares; listening another epoch", "err", in.Err)
-		return
-	}
-	def := rebalance.Default(len(m.cfg.Regions))
-	for key, s := range in.Shares {
-		if s != def {
-			m.ledger.own[key] = s
+// takeOver records this region's shares as read from Redis by a new
+// active coordinator.
+func (l *ledger) takeOver(shares map[string]rebalance.Share) {
+	for key, s := range shares {
+		if s != l.def {
+			l.own[key] = s
 		}
 	}
-	m.role.listening = false
-	m.log.Info("coord: took over", "keys", len(m.ledger.own))
+}
+
+// forget drops every share: they are the next active coordinator's to
+// read.
+func (l *ledger) forget() {
+	clear(l.own)
+	clear(l.unsure)
 }
 
 // updates lists the keys whose share pick(plan) differs from the one in
@@ -38,8 +40,8 @@ func (m *Machine) takeOver(in SharesRead) {
 // renews TTLs; so are the keys whose last write failed, the default
 // included (the bucket may hold less than what is recorded, until it is
 // rewritten).
-func (m *Machine) updates(ps *plans, pick func(rebalance.KeyPlan) rebalance.Share, k Knobs, refresh bool) []ShareUpdate {
-	def := rebalance.Default(len(m.cfg.Regions))
+func (l *ledger) updates(ps *plans, pick func(rebalance.KeyPlan) rebalance.Share, k Knobs, refresh bool) []ShareUpdate {
+	def := l.def
 	// The writes are found first, then listed in one allocation of their
 	// final size: growing a list of a million updates copies it many
 	// times over.
@@ -54,11 +56,11 @@ func (m *Machine) updates(ps *plans, pick func(rebalance.KeyPlan) rebalance.Shar
 			continue
 		}
 		s := pick(kp)
-		cur, ok := m.ledger.own[key]
+		cur, ok := l.own[key]
 		if !ok {
 			cur = def
 		}
-		if s == cur && (!refresh || (!ok && !m.ledger.unsure[key])) {
+		if s == cur && (!refresh || (!ok && !l.unsure[key])) {
 			continue
 		}
 		ws = append(ws, write{int32(i), s, cur})
@@ -69,7 +71,7 @@ func (m *Machine) updates(ps *plans, pick func(rebalance.KeyPlan) rebalance.Shar
 	out := make([]ShareUpdate, len(ws))
 	for i, w := range ws {
 		key := ps.keys[w.plan]
-		lim, _ := m.cfg.Limits.Global(key)
+		lim, _ := l.limits.Global(key)
 		old := Limit{Rate: w.cur.Of(lim.Rate), Burst: w.cur.Of(lim.Burst)}
 		out[i] = ShareUpdate{Key: key, Share: w.now, Global: lim, Old: old, TTL: k.ShareTTL}
 	}
@@ -80,18 +82,15 @@ func (m *Machine) updates(ps *plans, pick func(rebalance.KeyPlan) rebalance.Shar
 // landed: each key is then recorded at the larger of its old and new
 // share, so what this region reports never under-states what it may
 // enforce. It reports whether the writes succeeded.
-func (m *Machine) record(us []ShareUpdate, err error) bool {
-	if err != nil {
-		m.log.Warn("coord: write shares", "n", len(us), "err", err)
-	}
-	def := rebalance.Default(len(m.cfg.Regions))
+func (l *ledger) record(us []ShareUpdate, err error) bool {
+	def := l.def
 	for _, u := range us {
 		if err != nil {
-			m.ledger.unsure[u.Key] = true
+			l.unsure[u.Key] = true
 		} else {
-			delete(m.ledger.unsure, u.Key)
+			delete(l.unsure, u.Key)
 		}
-		cur, ok := m.ledger.own[u.Key]
+		cur, ok := l.own[u.Key]
 		if !ok {
 			cur = def
 		}
@@ -99,9 +98,9 @@ func (m *Machine) record(us []ShareUpdate, err error) bool {
 			continue
 		}
 		if u.Share == def {
-			delete(m.ledger.own, u.Key)
+			delete(l.own, u.Key)
 		} else {
-			m.ledger.own[u.Key] = u.Share
+			l.own[u.Key] = u.Share
 		}
 	}
 	return err == nil

@@ -243,9 +243,9 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 	m := &Machine{
 		cfg:     cfg,
 		log:     cfg.Logger,
-		ledger:  ledger{own: map[string]rebalance.Share{}, unsure: map[string]bool{}},
-		reports: reporter{weight: map[string]float64{}},
-		inbox:   inbox{last: map[string][]entry{}, rounds: map[roundID]*round{}},
+		ledger:  ledger{def: rebalance.Default(len(cfg.Regions)), limits: cfg.Limits, own: map[string]rebalance.Share{}, unsure: map[string]bool{}},
+		reports: reporter{regions: len(cfg.Regions), limits: cfg.Limits, weight: map[string]float64{}},
+		inbox:   inbox{self: cfg.Region, regions: cfg.Regions, last: map[string][]entry{}, rounds: map[roundID]*round{}},
 		quota:   newQuotas(),
 		grow:    rebalance.KeyPlan.Grow,
 	}
@@ -253,6 +253,7 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 		m.log = slog.Default()
 	}
 	m.log = m.log.With("region", cfg.Region)
+	m.inbox.log = m.log
 	return m, nil
 }
 
@@ -432,12 +433,13 @@ func (m *Machine) Step(in Input) {
 	e := m.ep
 	switch in := in.(type) {
 	case Received:
-		m.fileWire(in.Wire)
+		m.inbox.fileWire(in.Wire, m.clock.now)
 	case Drained:
 		switch {
 		case e != nil && e.wantDrain:
 			e.wantDrain, m.reports.windowing = false, false
-			e.rates = m.drain(e.start, in.Tokens)
+			m.noteDemand(in.Tokens, e.start)
+			e.rates = m.reports.rates(e.start, in.Tokens)
 		case m.reports.windowing:
 			// The demand before the window: quota keys still note it,
 			// shares do not follow it.
@@ -478,7 +480,13 @@ func (m *Machine) Step(in Input) {
 			return
 		}
 		e.wantRead = false
-		m.takeOver(in)
+		if in.Err != nil {
+			m.log.Warn("coord: read shares; listening another epoch", "err", in.Err)
+		} else {
+			m.ledger.takeOver(in.Shares)
+			m.role.listening = false
+			m.log.Info("coord: took over", "keys", len(m.ledger.own))
+		}
 		m.finish()
 		return
 	case SharesWritten:
@@ -486,7 +494,10 @@ func (m *Machine) Step(in Input) {
 			return
 		}
 		e.wantShares = false
-		ok := m.record(e.writing, in.Err)
+		if in.Err != nil {
+			m.log.Warn("coord: write shares", "n", len(e.writing), "err", in.Err)
+		}
+		ok := m.ledger.record(e.writing, in.Err)
 		if e.stage == stageShrink {
 			e.ok = ok
 		}
@@ -513,7 +524,7 @@ func (m *Machine) advance() {
 		others := len(m.cfg.Regions) - 1
 		switch e.stage {
 		case stageStart:
-			e.r = m.roundOrEmpty(e.id)
+			e.r = m.inbox.roundOrEmpty(e.id, m.clock.now)
 			if e.id.mid {
 				m.midReport(e)
 				e.stage = stageReports
@@ -546,12 +557,12 @@ func (m *Machine) advance() {
 				Body: &coordv1.Message_Ack{Ack: &coordv1.Ack{Heard: e.heard, Ok: e.ok}}})
 			e.stage = stageAcks
 		case stageAcks:
-			if !m.acked(e.r, e.heard) && m.clock.now.Before(e.start.Add(2*phase)) {
+			if !m.inbox.acked(e.r, e.heard) && m.clock.now.Before(e.start.Add(2*phase)) {
 				return
 			}
-			e.st.Group = e.ok && len(e.heard) > 1 && m.group(e.r, e.heard)
+			e.st.Group = e.ok && len(e.heard) > 1 && m.inbox.group(e.r, e.heard)
 			group := e.st.Group
-			e.writing = m.updates(e.plans, func(kp rebalance.KeyPlan) rebalance.Share { return m.grow(kp, group) }, e.k, false)
+			e.writing = m.ledger.updates(e.plans, func(kp rebalance.KeyPlan) rebalance.Share { return m.grow(kp, group) }, e.k, false)
 			if len(e.writing) == 0 {
 				m.done(e)
 				return
@@ -569,7 +580,7 @@ func (m *Machine) advance() {
 			if completeReports(e.r) < others && m.clock.now.Before(e.start.Add(phase)) {
 				return
 			}
-			m.heard(e.r)
+			m.inbox.heard(e.r)
 			keys := map[string]bool{}
 			for _, es := range m.inbox.last {
 				for _, e := range es {
@@ -590,7 +601,7 @@ func (m *Machine) advance() {
 // report builds and publishes this region's report.
 func (m *Machine) report(e *epoch) {
 	e.st = Stats{Epoch: e.id.epoch}
-	e.mine = m.reportEntries(e.rates, e.k)
+	e.mine = m.reports.entries(e.rates, e.k, &m.ledger)
 	quotaEntries := m.quotaReport(e.counts, e.k)
 	e.st.Quotas = len(quotaEntries)
 	msgs := encodeReport(m.cfg.Region, e.id, append(slices.Clip(e.mine), quotaEntries...), m.cfg.MaxPayload)
@@ -604,7 +615,7 @@ func (m *Machine) report(e *epoch) {
 // shrink is phase 1: plan every key, write the shrunk shares and the
 // remote quota counts.
 func (m *Machine) shrink(e *epoch) {
-	e.heard = m.heard(e.r)
+	e.heard = m.inbox.heard(e.r)
 	m.reports.base = midBase{epoch: e.id.epoch, all: len(e.heard) == len(m.cfg.Regions), mine: e.mine}
 	e.plans = m.plan(e.r, e.mine, e.heard, e.k)
 	// Quota counts need no two phases: they only ever raise what a region
@@ -622,7 +633,7 @@ func (m *Machine) shrink(e *epoch) {
 // writeShrunk asks for the first phase's writes of e's plans (with
 // refresh, also the unchanged shares updates lists) and awaits them.
 func (m *Machine) writeShrunk(e *epoch, refresh bool) {
-	e.writing = m.updates(e.plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Shrunk[kp.Self] }, e.k, refresh)
+	e.writing = m.ledger.updates(e.plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Shrunk[kp.Self] }, e.k, refresh)
 	e.st.Written += len(e.writing)
 	e.stage, e.ok = stageShrink, true
 	if len(e.writing) > 0 {
@@ -667,9 +678,8 @@ func (m *Machine) elect(held bool) {
 		if m.cfg.LockRenew > 0 {
 			m.clock.renewAt = m.clock.now.Add(m.cfg.LockRenew)
 		}
-		clear(m.ledger.own)
+		m.ledger.forget()
 		clear(m.reports.weight)
-		clear(m.ledger.unsure)
 		m.reports.base = midBase{}
 		m.quota.reset()
 	}

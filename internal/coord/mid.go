@@ -21,46 +21,51 @@ import (
 // to its target only when every region acked. A region that heard fewer
 // than all does nothing, so the others do not grow either.
 
-// midReport builds and publishes this region's mid-interval report: the
-// global keys whose demand of the window moved since the epoch's report
-// by more than Headroom of their fair rate L/n, among those of at least
-// HeavyHitter of it (before or now).
+// midReport builds and publishes this region's mid-interval report.
 func (m *Machine) midReport(e *epoch) {
 	e.st = Stats{Epoch: e.id.epoch, Mid: true}
-	k, n := e.k, float64(len(m.cfg.Regions))
+	e.mine = m.reports.midEntries(e.rates, e.k, &m.ledger)
+	msgs := encodeReport(m.cfg.Region, e.id, slices.Clip(e.mine), m.cfg.MaxPayload)
+	for _, msg := range msgs {
+		e.st.ReportBytes += proto.Size(msg)
+	}
+	e.st.Reported, e.st.Chunks = len(e.mine), len(msgs)
+	m.out.Messages = append(m.out.Messages, msgs...)
+}
+
+// midEntries is a mid-interval report: the global keys whose demand of
+// the window moved since the epoch's report by more than Headroom of
+// their fair rate L/n, among those of at least HeavyHitter of it (before
+// or now), with their shares in l.
+func (r *reporter) midEntries(rates map[string]float64, k Knobs, l *ledger) []entry {
+	n := float64(r.regions)
 	var out []entry
 	consider := func(key string, now float64) {
-		lim, ok := m.cfg.Limits.Global(key)
+		lim, ok := r.limits.Global(key)
 		if !ok {
 			return
 		}
 		before := 0.0
-		if b, ok := findRate(m.reports.base.mine, key); ok {
+		if b, ok := findRate(r.base.mine, key); ok {
 			before = float64(b.rate)
 		}
 		fair := lim.Rate / n
 		if math.Abs(now-before) <= k.Headroom*fair || max(now, before) < k.HeavyHitter*fair || max(now, before) == 0 {
 			return
 		}
-		s := m.ledger.own[key]
-		out = append(out, entry{key: key, rate: float32(now), weight: float32(rebalance.Smooth(m.reports.weight[key], now, k.Smoothing)), share: s})
+		s := l.own[key]
+		out = append(out, entry{key: key, rate: float32(now), weight: float32(rebalance.Smooth(r.weight[key], now, k.Smoothing)), share: s})
 	}
-	for key, rate := range e.rates {
+	for key, rate := range rates {
 		consider(key, rate)
 	}
-	for _, b := range m.reports.base.mine {
-		if _, ok := e.rates[b.key]; !ok {
+	for _, b := range r.base.mine {
+		if _, ok := rates[b.key]; !ok {
 			consider(b.key, 0)
 		}
 	}
 	slices.SortFunc(out, func(a, b entry) int { return strings.Compare(a.key, b.key) })
-	e.mine = out
-	msgs := encodeReport(m.cfg.Region, e.id, slices.Clip(out), m.cfg.MaxPayload)
-	for _, msg := range msgs {
-		e.st.ReportBytes += proto.Size(msg)
-	}
-	e.st.Reported, e.st.Chunks = len(out), len(msgs)
-	m.out.Messages = append(m.out.Messages, msgs...)
+	return out
 }
 
 // midShrink is the mid-interval round's first phase, when every region's
@@ -69,7 +74,7 @@ func (m *Machine) midReport(e *epoch) {
 // Its reports are not remembered as the regions' last (as heard does):
 // midPlan falls back on the epoch's.
 func (m *Machine) midShrink(e *epoch) {
-	e.heard = m.completeRegions(e.r)
+	e.heard = m.inbox.completeRegions(e.r)
 	e.st.Heard = len(e.heard)
 	if len(e.heard) < len(m.cfg.Regions) {
 		m.done(e)

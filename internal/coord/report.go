@@ -13,6 +13,8 @@ import (
 
 // reporter is the report builder's state.
 type reporter struct {
+	regions   int // how many regions share each global limit
+	limits    Limits
 	weight    map[string]float64 // smoothed demand of the keys this region reports
 	lastDrain time.Time
 	// The window drain of the epoch starting at windowFor was asked at
@@ -23,11 +25,11 @@ type reporter struct {
 	base midBase
 }
 
-// drain turns the tokens since the last drain into rates (tokens/s).
-func (m *Machine) drain(now time.Time, tokens map[string]float64) map[string]float64 {
-	secs := now.Sub(m.reports.lastDrain).Seconds()
-	m.reports.lastDrain = now
-	m.noteDemand(tokens, now)
+// rates turns the tokens drained since the last drain into rates
+// (tokens/s).
+func (r *reporter) rates(now time.Time, tokens map[string]float64) map[string]float64 {
+	secs := now.Sub(r.lastDrain).Seconds()
+	r.lastDrain = now
 	if secs <= 0 {
 		secs = 1e-3
 	}
@@ -38,23 +40,24 @@ func (m *Machine) drain(now time.Time, tokens map[string]float64) map[string]flo
 	return rates
 }
 
-// reportEntries builds this region's report: the heavy hitters (demand of
-// at least HeavyHitter of the key's fair rate) and every key whose share
-// is not the default, so the others keep seeing what this region holds.
-func (m *Machine) reportEntries(rates map[string]float64, k Knobs) []entry {
-	n := float64(len(m.cfg.Regions))
+// entries builds this region's report: the heavy hitters (demand of at
+// least HeavyHitter of the key's fair rate) and every key whose share in
+// l is not the default, so the others keep seeing what this region holds.
+// A key of l whose limit is no longer global is dropped from it.
+func (r *reporter) entries(rates map[string]float64, k Knobs, l *ledger) []entry {
+	n := float64(r.regions)
 	var out []entry
 	seen := map[string]bool{}
 	for key, rate := range rates {
-		lim, ok := m.cfg.Limits.Global(key)
+		lim, ok := r.limits.Global(key)
 		if !ok || rate < k.HeavyHitter*lim.Rate/n || rate == 0 {
 			continue
 		}
 		seen[key] = true
-		m.reports.weight[key] = rebalance.Smooth(m.reports.weight[key], rate, k.Smoothing)
-		out = append(out, entry{key: key, rate: float32(rate), weight: float32(m.reports.weight[key])})
+		r.weight[key] = rebalance.Smooth(r.weight[key], rate, k.Smoothing)
+		out = append(out, entry{key: key, rate: float32(rate), weight: float32(r.weight[key])})
 	}
-	for key, s := range m.ledger.own {
+	for key, s := range l.own {
 		if seen[key] {
 			for i := range out {
 				if out[i].key == key {
@@ -63,17 +66,17 @@ func (m *Machine) reportEntries(rates map[string]float64, k Knobs) []entry {
 			}
 			continue
 		}
-		if _, ok := m.cfg.Limits.Global(key); !ok {
-			delete(m.ledger.own, key) // its policy is gone or no longer global
+		if _, ok := r.limits.Global(key); !ok {
+			delete(l.own, key) // its policy is gone or no longer global
 			continue
 		}
 		seen[key] = true
-		m.reports.weight[key] = rebalance.Smooth(m.reports.weight[key], rates[key], k.Smoothing)
-		out = append(out, entry{key: key, rate: float32(rates[key]), weight: float32(m.reports.weight[key]), share: s})
+		r.weight[key] = rebalance.Smooth(r.weight[key], rates[key], k.Smoothing)
+		out = append(out, entry{key: key, rate: float32(rates[key]), weight: float32(r.weight[key]), share: s})
 	}
-	for key := range m.reports.weight {
+	for key := range r.weight {
 		if !seen[key] {
-			delete(m.reports.weight, key)
+			delete(r.weight, key)
 		}
 	}
 	slices.SortFunc(out, func(a, b entry) int { return strings.Compare(a.key, b.key) })
