@@ -105,7 +105,7 @@ func BenchmarkEpochCPU(b *testing.B) {
 				if len(heard) != len(regions) {
 					b.Fatalf("heard %v, want every region", heard)
 				}
-				plans := c.plan(r, mine, heard, k)
+				plans := c.planner.plan(r, mine, heard, c.inbox.last, k)
 				c.ledger.updates(plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Shrunk[kp.Self] }, k, true)
 				c.ledger.updates(plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Grow(true) }, k, false)
 			}
@@ -143,7 +143,7 @@ func BenchmarkMidRoundCPU(b *testing.B) {
 				if completeReports(e.r) != 2 {
 					b.Fatal("the other regions' mid reports are not complete")
 				}
-				plans := c.midPlan(e)
+				plans := c.planner.midPlan(e, c.reports.base.mine, c.inbox.last, c.ledger.own)
 				if len(plans.keys) != n {
 					b.Fatalf("planned %d keys, want %d", len(plans.keys), n)
 				}

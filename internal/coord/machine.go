@@ -52,15 +52,12 @@ type Machine struct {
 	ledger  ledger   // the shares this region owns
 	reports reporter // demand drained and smoothed into this region's reports
 	inbox   inbox    // the other regions' reports and acks
+	planner planner  // the rebalance plans of a round
 	quota   quotas
 	stats   Stats // the last active epoch's
 
 	ep  *epoch // the round under way, nil between rounds
 	out Ready  // what the next Ready returns
-
-	// grow is the second phase's rule, KeyPlan.Grow; a test swaps it for
-	// a broken one to show the property test catches it.
-	grow func(kp rebalance.KeyPlan, group bool) rebalance.Share
 }
 
 // timing is a Machine's time: the last Tick and the instants due next.
@@ -247,7 +244,7 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 		reports: reporter{regions: len(cfg.Regions), limits: cfg.Limits, weight: map[string]float64{}},
 		inbox:   inbox{self: cfg.Region, regions: cfg.Regions, last: map[string][]entry{}, rounds: map[roundID]*round{}},
 		quota:   newQuotas(),
-		grow:    rebalance.KeyPlan.Grow,
+		planner: planner{self: cfg.Region, regions: cfg.Regions, limits: cfg.Limits, grow: rebalance.KeyPlan.Grow},
 	}
 	if m.log == nil {
 		m.log = slog.Default()
@@ -562,7 +559,7 @@ func (m *Machine) advance() {
 			}
 			e.st.Group = e.ok && len(e.heard) > 1 && m.inbox.group(e.r, e.heard)
 			group := e.st.Group
-			e.writing = m.ledger.updates(e.plans, func(kp rebalance.KeyPlan) rebalance.Share { return m.grow(kp, group) }, e.k, false)
+			e.writing = m.ledger.updates(e.plans, func(kp rebalance.KeyPlan) rebalance.Share { return m.planner.grow(kp, group) }, e.k, false)
 			if len(e.writing) == 0 {
 				m.done(e)
 				return
@@ -617,7 +614,7 @@ func (m *Machine) report(e *epoch) {
 func (m *Machine) shrink(e *epoch) {
 	e.heard = m.inbox.heard(e.r)
 	m.reports.base = midBase{epoch: e.id.epoch, all: len(e.heard) == len(m.cfg.Regions), mine: e.mine}
-	e.plans = m.plan(e.r, e.mine, e.heard, e.k)
+	e.plans = m.planner.plan(e.r, e.mine, e.heard, m.inbox.last, e.k)
 	// Quota counts need no two phases: they only ever raise what a region
 	// counts against its limit.
 	m.fileQuotas(e.r, e.heard)

@@ -80,7 +80,7 @@ func (m *Machine) midShrink(e *epoch) {
 		m.done(e)
 		return
 	}
-	e.plans = m.midPlan(e)
+	e.plans = m.planner.midPlan(e, m.reports.base.mine, m.inbox.last, m.ledger.own)
 	e.st.Keys = len(e.plans.keys)
 	if len(e.plans.keys) == 0 {
 		m.done(e) // every region planned the same nothing: none waits for an ack
@@ -98,17 +98,17 @@ func (m *Machine) midShrink(e *epoch) {
 //
 // Every list is in key order, so the keys are merged (nextKey) and looked
 // up by cursors that only move forward, as plan does: no sort, no search.
-func (m *Machine) midPlan(e *epoch) *plans {
-	regions := m.cfg.Regions
+func (p *planner) midPlan(e *epoch, mine []entry, last map[string][]entry, own map[string]rebalance.Share) *plans {
+	regions := p.regions
 	fresh := make([]cursor, len(regions))
 	base := make([]cursor, len(regions))
 	next := make([]cursor, len(regions)) // the fresh keys not planned yet
 	most := 0
 	for i, name := range regions {
-		if name == m.cfg.Region {
-			fresh[i].es, base[i].es = e.mine, m.reports.base.mine
+		if name == p.self {
+			fresh[i].es, base[i].es = e.mine, mine
 		} else {
-			fresh[i].es, base[i].es = e.r.reports[name].keyed, m.inbox.last[name]
+			fresh[i].es, base[i].es = e.r.reports[name].keyed, last[name]
 		}
 		next[i].es = fresh[i].es
 		most = max(most, len(fresh[i].es))
@@ -123,7 +123,7 @@ func (m *Machine) midPlan(e *epoch) *plans {
 		if !found {
 			return ps
 		}
-		lim, ok := m.cfg.Limits.Global(key)
+		lim, ok := p.limits.Global(key)
 		if !ok {
 			continue
 		}
@@ -139,8 +139,8 @@ func (m *Machine) midPlan(e *epoch) *plans {
 					r.Share = en.share
 				}
 			}
-			if name == m.cfg.Region {
-				if s, ok := m.ledger.own[key]; ok {
+			if name == p.self {
+				if s, ok := own[key]; ok {
 					r.Share = s
 				} else {
 					r.Share = def
@@ -148,7 +148,7 @@ func (m *Machine) midPlan(e *epoch) *plans {
 			}
 			rs[i] = r
 		}
-		rebalance.PlanInto(&kp, m.cfg.Region, rs, lim.Rate, params)
+		rebalance.PlanInto(&kp, p.self, rs, lim.Rate, params)
 		ps.add(key, &kp)
 	}
 }

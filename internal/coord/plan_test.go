@@ -41,7 +41,7 @@ func TestPlanIsTheMapJoin(t *testing.T) {
 		slices.Sort(heard)
 		mine := report(false)
 
-		got := m.plan(rd, mine, heard, k)
+		got := m.planner.plan(rd, mine, heard, m.inbox.last, k)
 		want := mapPlan(m, rd, mine, heard, k)
 		if keys := slices.Sorted(maps.Keys(want)); !slices.Equal(got.keys, keys) {
 			t.Fatalf("heard %v: planned keys %v, want %v", heard, got.keys, keys)
@@ -209,7 +209,7 @@ func TestMidPlanIsTheMapJoin(t *testing.T) {
 				want[key] = rebalance.Plan("eu", rs, lim.Rate, params)
 			}
 		}
-		got := m.midPlan(e)
+		got := m.planner.midPlan(e, m.reports.base.mine, m.inbox.last, m.ledger.own)
 		if keys := slices.Sorted(maps.Keys(want)); !slices.Equal(got.keys, keys) {
 			t.Fatalf("planned keys %v, want %v", got.keys, keys)
 		}

@@ -7,6 +7,17 @@ import (
 	"github.com/allot-dev/allot/rebalance"
 )
 
+// planner computes a round's plans from its inputs, the same in every
+// region that heard the same reports.
+type planner struct {
+	self    string   // this region
+	regions []string // every region, sorted
+	limits  Limits
+	// grow is the second phase's rule, KeyPlan.Grow; a test swaps it for
+	// a broken one to show the property test catches it.
+	grow func(kp rebalance.KeyPlan, group bool) rebalance.Share
+}
+
 // The planner: each key of a round planned from every region heard.
 
 // plans are an epoch's key plans, in key order. Every key's plan has the
@@ -67,21 +78,21 @@ func byKey(es []entry) []entry {
 // Each region's inputs are a key-ordered list (its report when heard, its
 // last heard report otherwise), walked in step with the others: a merge,
 // so an epoch costs no map of its keys, and the plans come out sorted.
-func (m *Machine) plan(r *round, mine []entry, heard []string, k Knobs) *plans {
-	n := len(m.cfg.Regions)
+func (p *planner) plan(r *round, mine []entry, heard []string, last map[string][]entry, k Knobs) *plans {
+	n := len(p.regions)
 	def := rebalance.Default(n)
 	at := make([]cursor, n)   // each region's list, for the key planned
 	next := make([]cursor, n) // the heard lists' keys not planned yet
 	isHeard := make([]bool, n)
 	most := 0
-	for i, name := range m.cfg.Regions {
+	for i, name := range p.regions {
 		switch a := r.reports[name]; {
-		case name == m.cfg.Region:
+		case name == p.self:
 			at[i].es, isHeard[i] = byKey(mine), true
 		case a != nil && slices.Contains(heard, name):
 			at[i].es, isHeard[i] = a.keyed, true
 		default:
-			at[i].es = m.inbox.last[name]
+			at[i].es = last[name]
 		}
 		if isHeard[i] {
 			next[i].es = at[i].es
@@ -97,11 +108,11 @@ func (m *Machine) plan(r *round, mine []entry, heard []string, k Knobs) *plans {
 		if !found {
 			return ps
 		}
-		lim, ok := m.cfg.Limits.Global(key)
+		lim, ok := p.limits.Global(key)
 		if !ok {
 			continue
 		}
-		for i, name := range m.cfg.Regions {
+		for i, name := range p.regions {
 			reg := rebalance.Region{Name: name, Heard: isHeard[i], Share: def}
 			if e, ok := at[i].find(key); ok {
 				if isHeard[i] {
@@ -113,7 +124,7 @@ func (m *Machine) plan(r *round, mine []entry, heard []string, k Knobs) *plans {
 			}
 			regions[i] = reg
 		}
-		rebalance.PlanInto(&kp, m.cfg.Region, regions, lim.Rate, params)
+		rebalance.PlanInto(&kp, p.self, regions, lim.Rate, params)
 		ps.add(key, &kp)
 	}
 }

@@ -59,7 +59,7 @@ func newSchedule(seed uint64, grow func(rebalance.KeyPlan, bool) rebalance.Share
 		mb := s.n.add(name, name, k, 0, discard)
 		mb.skew = time.Duration(r.IntN(5_000)) * time.Microsecond // NTP-grade clocks
 		if grow != nil {
-			mb.m.grow = grow
+			mb.m.planner.grow = grow
 		}
 	}
 	s.n.deliver = s.deliver
