@@ -170,3 +170,52 @@ func (l *RedisLock) Release(ctx context.Context) error {
 	}
 	return nil
 }
+
+// ReadCounts implements QuotaStore: one pipelined HMGET per key.
+func (w RedisWriter) ReadCounts(ctx context.Context, keys []string) (map[string]QuotaCount, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	pipe := w.Client.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.HMGet(ctx, k, "fw_win", "fw_n")
+	}
+	_, err := pipe.Exec(ctx)
+	out := make(map[string]QuotaCount, len(keys))
+	for i, c := range cmds {
+		v, cerr := c.Result()
+		if cerr != nil || len(v) != 2 {
+			continue // WRONGTYPE (the policy changed algorithm) or a failed shard
+		}
+		win, e1 := strconv.ParseInt(str(v[0]), 10, 64)
+		used, e2 := strconv.ParseUint(str(v[1]), 10, 64)
+		if e1 != nil || e2 != nil {
+			continue
+		}
+		out[keys[i]] = QuotaCount{Window: win, Used: used}
+	}
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return out, fmt.Errorf("coord: read quota counts: %w", err)
+	}
+	return out, nil
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+// WriteRemote implements QuotaStore: one pipelined round trip of
+// quota.lua calls (the script only raises numbers, so a NOSCRIPT re-run
+// is harmless).
+func (w RedisWriter) WriteRemote(ctx context.Context, us []RemoteCount) error {
+	err := runPipelined(ctx, w.Client, lua.Quota, len(us), func(i int) (string, []any) {
+		u := us[i]
+		return u.Key, []any{u.Window, u.Used, u.Period.Milliseconds()}
+	})
+	if err != nil {
+		return fmt.Errorf("coord: write quota counts: %w", err)
+	}
+	return nil
+}
