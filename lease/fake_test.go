@@ -22,6 +22,8 @@ type fakeRegion struct {
 	// rival is what another node takes from each bucket (if it holds
 	// that much) just before each Lease: a contended bucket.
 	rival float64
+	// shared answers that RLQS parts hold every bucket (Grant.Shared).
+	shared bool
 }
 
 func newFake(c *ManualClock) *fakeRegion {
@@ -62,7 +64,7 @@ func (f *fakeRegion) Lease(ctx context.Context, groups []Group) ([]Reply, error)
 			if b.Tokens >= f.rival {
 				b.Tokens -= f.rival
 			}
-			r.Items[i] = Grant{Burst: it.Spec.Capacity(), Rate: it.Spec.Rate()}
+			r.Items[i] = Grant{Burst: it.Spec.Capacity(), Rate: it.Spec.Rate(), Shared: f.shared}
 			switch {
 			case it.Need > it.Spec.Capacity():
 				r.Granted, r.Items[i].RetryAfter = false, algorithm.Never

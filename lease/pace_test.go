@@ -171,13 +171,17 @@ func TestSaturatedKeyIsPaced(t *testing.T) {
 // far more than its rate: the node takes the burst, then refills every
 // lone pace, so it lags an ideal bucket by at most a quarter period of
 // the rate and admits at least 0.97 of it over the first 1 s and 3 s
-// (issue 44's fresh burst). With a rival on the bucket it is paced as a
-// contended node is: three times as long.
+// (issue 44's fresh burst). With a rival on the bucket, or RLQS parts
+// holding it, it is paced as a contended node is: three times as long.
 func TestLoneFreshBurst(t *testing.T) {
-	for _, rival := range []float64{0, 1} {
+	for _, tc := range []struct {
+		rival  float64
+		shared bool
+	}{{0, false}, {1, false}, {0, true}} {
+		alone := tc.rival == 0 && !tc.shared
 		clk := NewManualClock()
 		src := newFake(clk)
-		src.rival = rival
+		src.rival, src.shared = tc.rival, tc.shared
 		m := newManager(t, src, clk)
 		lim := newLimit(t, m, spec(100, time.Second, 1000), Config{}, false)
 		admitted, longest := 0, time.Duration(0)
@@ -192,12 +196,12 @@ func TestLoneFreshBurst(t *testing.T) {
 			}
 			waitIdle(t, m)
 			clk.Advance(time.Millisecond)
-			if rival == 0 && (ms == 1000 || ms == 3000) {
+			if alone && (ms == 1000 || ms == 3000) {
 				ideal := 1000 + 100*ms/1000
 				assert.GreaterOrEqual(t, float64(admitted)/float64(ideal), 0.97, "at %d ms: %d of %d", ms, admitted, ideal)
 			}
 		}
-		if rival == 0 {
+		if alone {
 			assert.LessOrEqual(t, longest, 250*time.Millisecond, "alone: paced a quarter period")
 		} else {
 			assert.Greater(t, longest, 500*time.Millisecond, "contended: paced as before")

@@ -217,9 +217,10 @@ func (m *Manager) apply(p refill, lim *Limit, sent int64, r Reply) {
 	g := r.Items[0]
 	e := p.e.held.Load() // made when it was queued
 	now := m.clock.Now()
-	// Alone on the bucket since the last answer? Not known before one.
+	// Alone on the bucket since the last answer? Not known before one,
+	// never while RLQS parts hold it.
 	alone := false
-	if e.bucket > 0 {
+	if e.bucket > 0 && !g.Shared {
 		gap, _ := e.sinceAnswered(sent)
 		alone = Alone(int64(e.left.Load()), gap, min(float64(e.bucket), g.Rate), g.Burst, g.Left+g.Granted)
 	}

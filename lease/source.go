@@ -51,6 +51,10 @@ type Grant struct {
 	// policy's, or the region share a coordinator wrote into the hash.
 	Burst int64
 	Rate  float64
+	// Shared is set while RLQS clients hold parts of the bucket: their use
+	// is charged after the fact, so the tokens a node finds do not show
+	// it, and the node never counts itself alone on the bucket (Alone).
+	Shared bool
 }
 
 // Reply answers one Group. Err is set when the call failed (the grants

@@ -19,13 +19,17 @@
 -- want to the 'wanted' counter of buckets that exist). Otherwise each key
 -- grants min(want, floor(tokens)) (>= need) and counts it in 'granted'.
 --
--- Returns {ok (1/0), then per key: granted, left, retry_us, burst, rate}:
+-- Returns {ok (1/0), then per key: granted, left, retry_us, burst, rate,
+-- shared}:
 --   granted   whole tokens granted (0 when ok is 0)
 --   left      whole tokens left in the bucket after the grant
 --   retry_us  0 if this key could give its need now, -1 if never
 --             (need > burst), else microseconds until it could
 --   burst     effective burst (policy or coordinator share)
 --   rate      effective rate in tokens/s, as a string (may be fractional)
+--   shared    1 while RLQS clients hold parts of the bucket (part.lua's
+--             'parts' field), else 0: their use is charged after the
+--             fact, so a node cannot see them in the tokens it finds
 --
 -- Every key is read and its new fields and TTL computed before the first
 -- write, so a failing call writes nothing. 'granted' and 'wanted' are
@@ -75,7 +79,7 @@ for i = 1, n do
   if not p then
     return redis.error_reply(err)
   end
-  local h = redis.call('HMGET', KEYS[i], 'tokens', 'ts', 'rate', 'burst', 'granted', 'wanted')
+  local h = redis.call('HMGET', KEYS[i], 'tokens', 'ts', 'rate', 'burst', 'granted', 'wanted', 'parts')
   -- A coordinator share overrides the policy's numbers.
   local r, b = tonumber(h[3]), tonumber(h[4])
   if r and r > 0 then
@@ -105,7 +109,7 @@ for i = 1, n do
     return ttl_error(KEYS[i], ms)
   end
   p.exists, p.ttl = exists, ttl
-  ps[i], st[i] = p, { tokens = tokens, ts = ts, retry = retry, granted = tonumber(h[5]) or 0, wanted = tonumber(h[6]) or 0 }
+  ps[i], st[i] = p, { tokens = tokens, ts = ts, retry = retry, granted = tonumber(h[5]) or 0, wanted = tonumber(h[6]) or 0, shared = (tonumber(h[7]) or 0) > now }
 end
 
 for i = 1, n do
@@ -127,5 +131,6 @@ for i = 1, n do
   reply[#reply + 1] = s.retry
   reply[#reply + 1] = math.floor(p.burst)
   reply[#reply + 1] = tostring(p.rate)
+  reply[#reply + 1] = s.shared and 1 or 0
 end
 return reply

@@ -173,8 +173,9 @@ var (
 // Lease is lease.lua: it grants a node tokens from one subject's buckets
 // to spend in memory, all-or-nothing on each key's need. KEYS are the
 // bucket keys; ARGV has 5 values per key (limit, period in ms, burst,
-// need, want). It returns {ok, then granted, left, retry_us, burst, rate
-// per key}; rate is a string.
+// need, want). It returns {ok, then granted, left, retry_us, burst, rate,
+// shared per key}; rate is a string, shared 1 while RLQS parts hold the
+// bucket.
 var Lease = redis.NewScript(commonSrc + leaseSrc)
 
 // Return is return.lua: it credits back tokens a lease did not spend,

@@ -82,7 +82,7 @@ if burst == 0 then
 end
 local rate = tb_rate(limit, period_ms)
 
-local b = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'rate', 'burst', 'granted', 'wanted')
+local b = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'rate', 'burst', 'granted', 'wanted', 'parts')
 -- A coordinator share overrides the policy's numbers, as in lease.lua.
 local r, bb = tonumber(b[3]), tonumber(b[4])
 if r and r > 0 then
@@ -234,7 +234,13 @@ end
 record = table.concat({ fmt(now + ttl * 1000), fmt(now), string.format('%.17g', spend), table.concat(record, '|') }, '|')
 
 -- Writes, after every check above.
-redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', fmt(ts))
+if #mine > 0 then
+  -- Until when this bucket has parts (µs of Redis TIME): lease.lua tells
+  -- its nodes, so that none takes the bucket as its own alone.
+  redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', fmt(ts), 'parts', fmt(math.max(tonumber(b[7]) or 0, now + ttl * 1000)))
+else
+  redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', fmt(ts))
+end
 extend_ttl(KEYS[1], bucket_ttl)
 if #dead > 0 then
   redis.call('HDEL', KEYS[2], unpack(dead))

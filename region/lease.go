@@ -133,7 +133,15 @@ func parseLease(cmd *redis.Cmd, n int) (lease.Reply, error) {
 	if err != nil {
 		return lease.Reply{}, err
 	}
-	if len(vals) != 1+5*n {
+	return LeaseReply(vals, n)
+}
+
+// LeaseReply decodes lease.lua's reply for n keys, as go-redis hands it
+// over (integers as int64, strings as string); the simulator's Redis
+// hands its replies over the same way.
+func LeaseReply(vals []any, n int) (lease.Reply, error) {
+	var err error
+	if len(vals) != 1+6*n {
 		return lease.Reply{}, fmt.Errorf("lease.lua returned %d values for %d keys", len(vals), n)
 	}
 	ok, isInt := vals[0].(int64)
@@ -142,7 +150,7 @@ func parseLease(cmd *redis.Cmd, n int) (lease.Reply, error) {
 	}
 	r := lease.Reply{Granted: ok == 1, Items: make([]lease.Grant, n)}
 	for i := range n {
-		v := vals[1+5*i:]
+		v := vals[1+6*i:]
 		var g lease.Grant
 		var ints [4]int64
 		for j := range ints {
@@ -160,6 +168,11 @@ func parseLease(cmd *redis.Cmd, n int) (lease.Reply, error) {
 		if g.Rate, err = strconv.ParseFloat(rs, 64); err != nil {
 			return lease.Reply{}, fmt.Errorf("lease.lua: rate: %w", err)
 		}
+		shared, isInt := v[5].(int64)
+		if !isInt {
+			return lease.Reply{}, fmt.Errorf("lease.lua: shared %v is not an integer", v[5])
+		}
+		g.Shared = shared == 1
 		r.Items[i] = g
 	}
 	return r, nil

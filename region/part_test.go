@@ -138,3 +138,26 @@ func TestSettleRefusesBadArguments(t *testing.T) {
 	require.NoError(t, err)
 	assert.ErrorContains(t, res[0].Err, "allot:")
 }
+
+// A lease answer says whether RLQS parts hold the bucket: the clients'
+// use is charged after the fact, so a node must not take the bucket as
+// its own alone (lease.Alone). The flag lasts as long as the parts' TTL.
+func TestLeaseSaysWhilePartsHoldTheBucket(t *testing.T) {
+	s := single(t)
+	spec := tb(100, time.Second, 0)
+	key := "rl:{tenant=shared}:p:l"
+	g := lease.Group{{Key: key, Spec: spec, Need: 0, Want: 1}}
+	assert.False(t, lease1(t, s, g).Items[0].Shared, "no parts yet")
+
+	it := region.Settlement{Key: key, Spec: spec, Node: "a", TTL: 300 * time.Millisecond, Horizon: time.Second,
+		Consumers: []region.Consumer{{Demand: 5, Held: 0, Share: 1}}}
+	settle1(t, s, it)
+	assert.True(t, lease1(t, s, g).Items[0].Shared, "a node's clients hold parts")
+
+	// A settlement with no consumers writes no parts; the old ones end
+	// with their TTL.
+	it.Consumers = nil
+	_, err := s.Settle(context.Background(), []region.Settlement{it})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return !lease1(t, s, g).Items[0].Shared }, 5*time.Second, 20*time.Millisecond, "the parts' TTL ended")
+}

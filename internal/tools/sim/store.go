@@ -11,6 +11,7 @@ import (
 	"github.com/allot-dev/allot/internal/coord"
 	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/rebalance"
+	regionstore "github.com/allot-dev/allot/region"
 )
 
 // store is one region's Redis: a hash per key, changed only by the
@@ -110,39 +111,10 @@ func parseLease(rep any, n int) (lease.Reply, error) {
 		return lease.Reply{}, e
 	}
 	vals, ok := rep.([]any)
-	if !ok || len(vals) != 1+5*n {
+	if !ok {
 		return lease.Reply{}, fmt.Errorf("lease.lua returned %v for %d keys", rep, n)
 	}
-	ints := func(v []any) ([4]int64, bool) {
-		var out [4]int64
-		for j := range out {
-			x, ok := v[j].(int64)
-			if !ok {
-				return out, false
-			}
-			out[j] = x
-		}
-		return out, true
-	}
-	r := lease.Reply{Granted: vals[0] == int64(1), Items: make([]lease.Grant, n)}
-	for i := range n {
-		v := vals[1+5*i:]
-		x, ok := ints(v)
-		rs, isStr := v[4].(string)
-		if !ok || !isStr {
-			return lease.Reply{}, fmt.Errorf("lease.lua: bad reply %v", v[:5])
-		}
-		rate, err := strconv.ParseFloat(rs, 64)
-		if err != nil {
-			return lease.Reply{}, fmt.Errorf("lease.lua: rate: %w", err)
-		}
-		retry := algorithm.Never
-		if x[2] >= 0 {
-			retry = time.Duration(x[2]) * time.Microsecond
-		}
-		r.Items[i] = lease.Grant{Granted: x[0], Left: x[1], RetryAfter: retry, Burst: x[3], Rate: rate}
-	}
-	return r, nil
+	return regionstore.LeaseReply(vals, n)
 }
 
 // check is check_tb.lua in check.lua's layout (a node's lone check) for
