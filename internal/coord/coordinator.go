@@ -173,31 +173,47 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	}()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	var in Input
 	for {
-		k := *c.knobs.Load()
-		if k != c.m.cfg.Knobs {
-			_ = c.m.SetKnobs(k) // validated by SetKnobs
-		}
-		c.inside(func() { c.m.Tick(c.now()) })
-		c.execute(ctx)
+		next := c.Turn(ctx, c.now(), in)
+		in = nil
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
 			default:
 			}
 		}
-		timer.Reset(max(c.m.Next().Sub(c.now()), 0))
+		timer.Reset(max(next.Sub(c.now()), 0))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-timer.C:
-		case in, ok := <-c.cfg.Transport.Messages():
+		case msg, ok := <-c.cfg.Transport.Messages():
 			if !ok {
 				return errors.New("coord: transport closed")
 			}
-			c.inside(func() { c.m.Step(in) })
+			in = msg
 		}
 	}
+}
+
+// Turn is one turn of the driver: in (nil: none; a message from the
+// transport, as Run receives them) is stepped into the machine, which is
+// then told the time now, and its Ready is carried out with the
+// configured I/O until it asks for nothing more. It returns when the
+// machine next wants a turn. Run takes turns on real timers and the
+// transport's messages; a simulator takes them on virtual time, its I/O
+// answering at once. Like Run, it must be called from one goroutine.
+func (c *Coordinator) Turn(ctx context.Context, now time.Time, in Input) time.Time {
+	if k := *c.knobs.Load(); k != c.m.cfg.Knobs {
+		_ = c.m.SetKnobs(k) // validated by SetKnobs
+	}
+	if in != nil {
+		c.inside(func() { c.m.Step(in) })
+	}
+	c.inside(func() { c.m.Tick(now) })
+	c.execute(ctx)
+	return c.m.Next()
 }
 
 // inside runs f, a call into the machine, and counts its time as the
