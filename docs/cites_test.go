@@ -8,13 +8,15 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
 
 // A comment that names a .go or .lua file names one that exists: with a
 // slash, as a path from the repository root or from the comment's own
-// folder; bare, as a file of that name anywhere in the repository. Files
+// folder; a bare .go name as a file of the comment's own folder, a bare
+// .lua name as one of lua/. Files
 // get deleted and renamed; the comments that send a reader to them must
 // follow.
 func TestCommentsCiteFilesThatExist(t *testing.T) {
@@ -125,7 +127,12 @@ func citesIn(t *testing.T, root, f string) []cite {
 
 func exists(files []string, names map[string]bool, dir, name string) bool {
 	if !strings.Contains(name, "/") {
-		return names[name]
+		// A bare Go file is one of the citing package's; a bare script is
+		// one of package lua's.
+		if strings.HasSuffix(name, ".lua") {
+			return slices.Contains(files, "lua/"+name)
+		}
+		return slices.Contains(files, path.Join(dir, name))
 	}
 	name = strings.TrimPrefix(name, "./")
 	for _, p := range []string{name, path.Join(dir, name)} {

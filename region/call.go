@@ -2,7 +2,7 @@ package region
 
 // The call engine: every Store method (Take, Refund, Lease, Return) hands
 // its script calls to evalAll, which queues each for its key's shard
-// (shard.go coalesces and sends them) and waits for their answers. This
+// (pipeline.go coalesces and sends them) and waits for their answers. This
 // one path is what makes every call of the store seen by its shard's
 // breaker and stall judgement.
 

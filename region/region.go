@@ -189,7 +189,7 @@ func (o Options) withDefaults() Options {
 }
 
 // Store runs the bucket scripts on the region's Redis. It is safe for
-// concurrent use. Calls are coalesced per shard (shard.go): concurrent
+// concurrent use. Calls are coalesced per shard (pipeline.go): concurrent
 // calls bound for one Redis master share round trips.
 type Store struct {
 	client  redis.UniversalClient

@@ -129,7 +129,7 @@ func TestScriptsFailBeforeWriting(t *testing.T) {
 }
 
 // edgeSpecs are the largest specs algorithm.Spec.Validate accepts on each
-// bound (bounds.go), with the spec one step past each.
+// bound (algorithm/bounds.go), with the spec one step past each.
 var edgeSpecs = []struct {
 	name      string
 	max, past algorithm.Spec

@@ -56,7 +56,7 @@ func (f *Flags) Server(log *slog.Logger) (*tlsconfig.Server, error) {
 }
 
 // client builds a client TLS config from the --client-tls-* files; each
-// connection kind gets its own (nats.go and go-redis fill in server names).
+// connection kind gets its own (the NATS and Redis clients fill in server names).
 func (f *Flags) client(log *slog.Logger) (*tls.Config, error) {
 	cfg, err := tlsconfig.NewClient(tlsconfig.ClientOptions{CAFile: *f.clientCA, CertFile: *f.clientCert, KeyFile: *f.clientKey, Logger: log})
 	if err != nil {

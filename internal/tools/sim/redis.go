@@ -34,7 +34,7 @@ const (
 
 // Sources are the texts of the scripts the simulator runs, by name:
 // "lease", "return", "share" and "check_tb", each as package lua sends it
-// to Redis (common.lua prepended where lua.go prepends it).
+// to Redis (common.lua prepended where lua/lua.go prepends it).
 func Sources() map[string]string {
 	return map[string]string{
 		"lease":    lua.Source(lua.Lease),
