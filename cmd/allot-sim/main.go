@@ -56,9 +56,25 @@ func run(args []string) error {
 	fs.DurationVar(&c.Arrival, "arrival-tick", c.Arrival, "arrivals are generated on this tick")
 	fs.DurationVar(&c.Phase, "phase", c.Phase, "the run starts this far past an epoch boundary")
 	crash := fs.String("crash", "", "node crashes, region/node@time,... e.g. 0/3@2m")
-	part := fs.String("partition", "", "region partitions, region@from-to,... e.g. 1@60s-120s")
+	part := fs.String("partition", "", "coordinator links cut, which@from-to,...: which is a region (all its links, both ways: 1), one link both ways (1<>2),\n"+
+		"one link one way (1>2: only 1's messages to 2), or one way of all a region's links (1>*: what leaves 1; *>1: what reaches 1);\n"+
+		"e.g. 1@60s-120s,0>2@30s-40s")
 	fail := fs.String("failover", "", "Redis failovers losing writes, region@time:loss,... e.g. 0@90s:500ms")
 	cfail := fs.String("coord-failover", "", "coordinator crashes, region@time:takeover-delay,... e.g. 0@60s:10s")
+	jitter := fs.String("jitter", "", "per-message latency jitter, uniform in [0, d), by link: node (node<->Redis, node demand to its coordinator),\n"+
+		"coord (coordinator<->Redis), region (between regions); one d for all, or e.g. node=1ms,coord=2ms,region=30ms")
+	loss := fs.String("loss", "", "message faults on the NATS transports (between regions, node demand to its coordinator): drop=p,dup=p,reorder=p,hold=d\n"+
+		"(a reordered message is held back uniform [0, hold), default 100ms); a lone p drops only; e.g. drop=0.05,dup=0.02,reorder=0.1")
+	skew := fs.String("skew", "", "largest clock offset, drawn per region's Redis (TIME, key expiry), per node (lease clock) and per region's coordinators\n"+
+		"(epoch alignment) from [-d, d]; one d for all, or e.g. redis=200ms,node=50ms,coord=1s")
+	outage := fs.String("redis-outage", "", "a region's Redis unreachable (calls fail after a round trip; data kept), region@from-to,... e.g. 1@35s-45s;\n"+
+		"requests that need it are decided by --on-store-failure")
+	fs.StringVar(&c.OnStoreFailure, "on-store-failure", sim.FailOpen, "every policy's on_store_failure: open, closed or local (the node's fallback, limit / live nodes);\n"+
+		"open and local admissions are outside the bound and reported apart (outside_open, outside_local, max_overshoot_with_outside)")
+	restart := fs.String("restart", "", "nodes that crash and come back as new processes, region/node@down-up,... e.g. 0/3@40s-55s")
+	join := fs.String("join", "", "nodes that join a region later (one per item), region@time,... e.g. 2@45s,2@50s")
+	overlap := fs.String("coord-overlap", "", "a second coordinator active in a region while the old one still acts, until the old one stops,\n"+
+		"region@from-to,... e.g. 0@35s-50s")
 	png := fs.String("png", "", "write a plot of the hottest key's admitted vs ideal to this file")
 	prof := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := fs.Parse(args); err != nil {
@@ -92,6 +108,27 @@ func run(args []string) error {
 		defer pprof.StopCPUProfile()
 	}
 	if c.CoordFailovers, err = sim.ParseCoordFailovers(*cfail); err != nil {
+		return err
+	}
+	if c.Jitter, err = sim.ParseJitter(*jitter); err != nil {
+		return err
+	}
+	if c.Loss, err = sim.ParseLoss(*loss); err != nil {
+		return err
+	}
+	if c.Skew, err = sim.ParseSkew(*skew); err != nil {
+		return err
+	}
+	if c.Outages, err = sim.ParseOutages(*outage); err != nil {
+		return err
+	}
+	if c.Restarts, err = sim.ParseRestarts(*restart); err != nil {
+		return err
+	}
+	if c.Joins, err = sim.ParseJoins(*join); err != nil {
+		return err
+	}
+	if c.Overlaps, err = sim.ParseOverlaps(*overlap); err != nil {
 		return err
 	}
 	// The run allocates small short-lived events by the million and keeps

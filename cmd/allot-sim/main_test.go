@@ -39,14 +39,17 @@ func capture(t *testing.T, args ...string) string {
 func TestLastLineIsJSON(t *testing.T) {
 	png := filepath.Join(t.TempDir(), "sim.png")
 	args := []string{"--duration", "20s", "--keys", "100", "--nodes", "3", "--shift-at", "10s", "--shift-to", "0.9,0.05,0.05",
-		"--crash", "0/1@5s", "--partition", "2@3s-8s", "--failover", "1@12s:100ms", "--png", png}
+		"--crash", "0/1@5s", "--partition", "2@3s-8s,0>1@9s-11s,1<>2@12s-13s,*>0@14s-15s", "--failover", "1@12s:100ms", "--png", png,
+		"--jitter", "node=1ms,coord=2ms,region=30ms", "--loss", "drop=0.05,dup=0.05,reorder=0.1,hold=50ms", "--skew", "redis=200ms,node=50ms,coord=1s",
+		"--redis-outage", "0@11s-13s", "--on-store-failure", "local", "--restart", "1/2@6s-9s", "--join", "2@7s", "--coord-overlap", "1@10s-14s"}
 	out := capture(t, args...)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	var m map[string]any
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &m); err != nil {
 		t.Fatalf("last line %q: %v", lines[len(lines)-1], err)
 	}
-	for _, k := range []string{"admitted_over_ideal", "max_overshoot_over_bound", "converged_after_s", "underserved_region_seconds"} {
+	for _, k := range []string{"admitted_over_ideal", "max_overshoot_over_bound", "converged_after_s", "underserved_region_seconds",
+		"outside_open", "outside_local", "max_overshoot_with_outside", "restarts", "messages_dropped"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("JSON has no %s", k)
 		}
@@ -67,6 +70,17 @@ func TestBadFlagsFail(t *testing.T) {
 		{"--crash", "7/0@1s"},
 		{"--partition", "1@5s"},
 		{"--failover", "1@5s"},
+		{"--partition", "1>@5s-6s"},
+		{"--partition", "1<>1@5s-6s"},
+		{"--jitter", "wan=5ms"},
+		{"--loss", "drop=1"},
+		{"--skew", "-5ms"},
+		{"--redis-outage", "1@5s"},
+		{"--on-store-failure", "maybe"},
+		{"--restart", "0/9@5s-6s"},
+		{"--restart", "0/1@6s-5s"},
+		{"--join", "5@5s"},
+		{"--coord-overlap", "0@5s"},
 	} {
 		if err := run(args); err == nil {
 			t.Errorf("%v: no error", args)

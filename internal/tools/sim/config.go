@@ -78,6 +78,18 @@ type Config struct {
 	// CoordFailovers crash a region's coordinator; a new one takes over.
 	CoordFailovers []CoordFailover
 
+	// The faults of faults.go.
+	Jitter   Jitter
+	Loss     Loss
+	Skew     Skew
+	Outages  []Outage
+	Restarts []Restart
+	Joins    []Join
+	Overlaps []Overlap
+	// OnStoreFailure is every key's policy's on_store_failure: FailOpen
+	// (the policies' default), FailClosed or FailLocal.
+	OnStoreFailure string
+
 	// sources are the scripts' texts (nil: Sources()); tests change them
 	// to run mutants.
 	sources map[string]string
@@ -93,11 +105,32 @@ type Crash struct {
 	At           time.Duration
 }
 
-// Partition cuts every coordinator link to and from Region during
-// [From, To).
+// Partition cuts coordinator links during [From, To): every link of
+// Region, or with Link only the one between Region and Peer; in both
+// directions, or with Dir only the messages leaving Region (Out) or
+// arriving there (In).
 type Partition struct {
 	Region   int
+	Peer     int
+	Link     bool
+	Dir      Direction
 	From, To time.Duration
+}
+
+// Direction is which way a partition cuts a link.
+type Direction uint8
+
+// Directions of a Partition, seen from its Region.
+const (
+	Both Direction = iota
+	Out
+	In
+)
+
+// cuts reports whether p stops a message from region a to region b.
+func (p *Partition) cuts(a, b int) bool {
+	return p.Dir != In && a == p.Region && (!p.Link || b == p.Peer) ||
+		p.Dir != Out && b == p.Region && (!p.Link || a == p.Peer)
 }
 
 // Failover replaces Region's Redis at At with a replica that lost the
@@ -164,8 +197,29 @@ func (c *Config) Validate() error {
 	for _, f := range c.Crashes {
 		check(f.Region >= 0 && f.Region < c.Regions && f.Node >= 0 && f.Node < c.Nodes, "crash of node %d/%d: no such node", f.Region, f.Node)
 	}
+	region := func(r int) bool { return r >= 0 && r < c.Regions }
 	for _, p := range c.Partitions {
-		check(p.Region >= 0 && p.Region < c.Regions && p.From <= p.To, "partition %+v: bad region or times", p)
+		check(region(p.Region) && (!p.Link || region(p.Peer) && p.Peer != p.Region) && p.From <= p.To, "partition %+v: bad region or times", p)
+	}
+	check(c.Jitter.Node >= 0 && c.Jitter.Coord >= 0 && c.Jitter.Region >= 0, "jitter %+v: want >= 0", c.Jitter)
+	check(c.Skew.Redis >= 0 && c.Skew.Node >= 0 && c.Skew.Coord >= 0 && c.Skew.Redis < 24*time.Hour, "skew %+v: want >= 0, under a day", c.Skew)
+	l := c.Loss
+	check(l.Drop >= 0 && l.Drop < 1 && l.Dup >= 0 && l.Dup <= 1 && l.Reorder >= 0 && l.Reorder <= 1 && l.Hold >= 0,
+		"loss %+v: want probabilities in [0, 1] (drop < 1), hold >= 0", l)
+	check(c.Loss.Reorder == 0 || l.Hold > 0, "loss: reordering needs a hold > 0")
+	check(c.OnStoreFailure == "" || c.OnStoreFailure == FailOpen || c.OnStoreFailure == FailClosed || c.OnStoreFailure == FailLocal,
+		"on_store_failure %q: want open, closed or local", c.OnStoreFailure)
+	for _, o := range c.Outages {
+		check(region(o.Region) && o.From <= o.To, "redis outage %+v: bad region or times", o)
+	}
+	for _, r := range c.Restarts {
+		check(region(r.Region) && r.Node >= 0 && r.Node < c.Nodes && r.At <= r.Back, "restart %+v: no such node, or back before down", r)
+	}
+	for _, j := range c.Joins {
+		check(region(j.Region) && j.At >= 0, "join %+v: bad region or time", j)
+	}
+	for _, o := range c.Overlaps {
+		check(region(o.Region) && o.From <= o.To, "coordinator overlap %+v: bad region or times", o)
 	}
 	for _, f := range c.Failovers {
 		check(f.Region >= 0 && f.Region < c.Regions && f.Loss >= 0, "failover %+v: bad region or loss", f)
@@ -214,19 +268,44 @@ func ParseCrashes(s string) ([]Crash, error) {
 	})
 }
 
-// ParsePartitions reads "region@t1-t2,...", e.g. "1@60s-120s".
+// ParsePartitions reads "which@t1-t2,...": which is a region ("1": all
+// its links, both ways), a link ("1<>2": both ways; "1>2": only from 1
+// to 2), or one direction of all a region's links ("1>*": what leaves 1;
+// "*>1": what reaches 1). E.g. "1@60s-120s,0>2@30s-40s".
 func ParsePartitions(s string) ([]Partition, error) {
 	var out []Partition
 	return out, eachFault(s, func(where string, from time.Duration, rest string) error {
-		r, err := strconv.Atoi(where)
-		if err != nil || rest == "" {
-			return fmt.Errorf("partition %q: want region@from-to", where)
-		}
+		bad := fmt.Errorf("partition %q: want region, a<>b, a>b, a>* or *>a, then @from-to", where)
 		to, err := time.ParseDuration(rest)
-		if err != nil {
-			return fmt.Errorf("partition end %q: %w", rest, err)
+		if rest == "" || err != nil {
+			return errors.Join(bad, err)
 		}
-		out = append(out, Partition{Region: r, From: from, To: to})
+		p := Partition{From: from, To: to}
+		atoi := func(s string) int {
+			n, e := strconv.Atoi(s)
+			if e != nil {
+				err = bad
+			}
+			return n
+		}
+		if a, b, ok := strings.Cut(where, "<>"); ok {
+			p.Region, p.Peer, p.Link = atoi(a), atoi(b), true
+		} else if a, b, ok := strings.Cut(where, ">"); ok {
+			switch {
+			case a == "*":
+				p.Region, p.Dir = atoi(b), In
+			case b == "*":
+				p.Region, p.Dir = atoi(a), Out
+			default:
+				p.Region, p.Peer, p.Link, p.Dir = atoi(a), atoi(b), true, Out
+			}
+		} else {
+			p.Region = atoi(where)
+		}
+		if err != nil {
+			return err
+		}
+		out = append(out, p)
 		return nil
 	})
 }

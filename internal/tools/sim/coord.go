@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,9 +28,12 @@ type coordinator struct {
 	// tickedAt is the time of the last Tick event.
 	tickedAt int64
 	epochs   int
-	// stopped: crashed (a coordinator failover); its pending events and
-	// the messages still addressed to it are dropped.
-	stopped bool
+	// demand is what the region's nodes published since its last drain.
+	demand map[string]float64
+	// started: ticking (a standby waiting to take over is not yet);
+	// stopped: crashed, or it lost its lock at an overlap's end. Messages
+	// reach it only in between, and its pending events are dropped after.
+	started, stopped bool
 }
 
 // limits is every key's global limit: every simulated key is global.
@@ -58,12 +62,16 @@ func newCoordinator(s *Sim, reg *region) (*coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &coordinator{s: s, reg: reg, m: m, tickAt: -1, tickedAt: -1}, nil
+	c := &coordinator{s: s, reg: reg, m: m, tickAt: -1, tickedAt: -1, demand: map[string]float64{}}
+	reg.all = append(reg.all, c)
+	return c, nil
 }
 
 // wall is the machines' clock: virtual time, Config.Phase past an epoch
-// boundary at the start.
-func (c *coordinator) wall() time.Time { return epoch0.Add(c.s.cfg.Phase + time.Duration(c.s.now)) }
+// boundary at the start, plus the region's coordinators' offset.
+func (c *coordinator) wall() time.Time {
+	return epoch0.Add(c.s.cfg.Phase + c.reg.coordOff + time.Duration(c.s.now))
+}
 
 func (c *coordinator) tick() {
 	if c.stopped {
@@ -74,7 +82,7 @@ func (c *coordinator) tick() {
 }
 
 func (c *coordinator) step(in coord.Input) {
-	if c.stopped {
+	if c.stopped || !c.started {
 		return
 	}
 	c.m.Step(in)
@@ -94,36 +102,31 @@ func (c *coordinator) pump() {
 			s.publish(c.reg.idx, msg)
 		}
 		if rd.Drain {
-			tokens := c.reg.demand
-			c.reg.demand = map[string]float64{}
+			tokens := c.demand
+			c.demand = map[string]float64{}
 			c.m.Step(coord.Drained{Tokens: tokens})
 		}
 		if rd.Hold {
-			c.m.Step(coord.LockHeld{Held: true}) // one coordinator per region
+			// The lock is in the region's Redis: an outage loses it. Any
+			// coordinator that asks gets it otherwise (one per region, or
+			// two that both believe they hold it: an Overlap).
+			if s.down(c.reg) {
+				c.m.Step(coord.LockHeld{Err: errStoreDown})
+			} else {
+				c.m.Step(coord.LockHeld{Held: true})
+			}
 		}
 		if rd.ReadCounts != nil {
 			c.m.Step(coord.Counted{})
 		}
 		if rd.ReadShares {
-			def := rebalance.Default(len(s.regions))
-			shares := map[string]rebalance.Share{}
-			for _, key := range rd.ShareKeys {
-				shares[key] = c.reg.store.shareOf(s.now/1000, keyIndex(key), s.global, def)
-			}
-			c.m.Step(coord.SharesRead{Shares: shares})
+			c.readShares(rd.ShareKeys)
 		}
 		if len(rd.WriteQuotas) > 0 {
 			c.m.Step(coord.QuotasWritten{})
 		}
 		if us := rd.WriteShares; len(us) > 0 {
-			there := int64(s.cfg.RedisRTT / 2)
-			s.q.push(s.now+there, func() {
-				for _, u := range us {
-					c.reg.store.share(s.now/1000, u)
-					s.met.shareSum(s, keyIndex(u.Key))
-				}
-				s.q.push(s.now+int64(s.cfg.RedisRTT)-there, func() { c.step(coord.SharesWritten{}) })
-			})
+			c.writeShares(us)
 		}
 		if rd.Round != nil {
 			c.epochs++
@@ -132,10 +135,46 @@ func (c *coordinator) pump() {
 	c.arm()
 }
 
+// readShares reads the shares in force of keys from the region's Redis,
+// as coord.RedisWriter.ReadShares does, a round trip away.
+func (c *coordinator) readShares(keys []string) {
+	s := c.s
+	there, back := s.redisLegs(s.cfg.Jitter.Coord)
+	s.q.push(s.now+there, func() {
+		in := coord.SharesRead{Err: errStoreDown}
+		if !s.down(c.reg) {
+			def := rebalance.Default(len(s.regions))
+			in = coord.SharesRead{Shares: map[string]rebalance.Share{}}
+			for _, key := range keys {
+				in.Shares[key] = c.reg.store.shareOf(s.now/1000, keyIndex(key), s.global, def)
+			}
+		}
+		s.q.push(s.now+back, func() { c.step(in) })
+	})
+}
+
+// writeShares runs share.lua for each update in the region's Redis, half a
+// round trip away, and acknowledges them the other half later.
+func (c *coordinator) writeShares(us []coord.ShareUpdate) {
+	s := c.s
+	there, back := s.redisLegs(s.cfg.Jitter.Coord)
+	s.q.push(s.now+there, func() {
+		in := coord.SharesWritten{Err: errStoreDown}
+		if !s.down(c.reg) {
+			in.Err = nil
+			for _, u := range us {
+				c.reg.store.share(s.now/1000, u)
+				s.met.shareSum(s, keyIndex(u.Key))
+			}
+		}
+		s.q.push(s.now+back, func() { c.step(in) })
+	})
+}
+
 // arm schedules the Tick the machine wants next, unless one is pending
 // at that time already.
 func (c *coordinator) arm() {
-	at := max(int64(c.m.Next().Sub(epoch0)-c.s.cfg.Phase), c.s.now)
+	at := max(int64(c.m.Next().Sub(epoch0)-c.s.cfg.Phase-c.reg.coordOff), c.s.now)
 	if at <= c.tickedAt {
 		// Next is an instant already ticked: the machine waits for an
 		// I/O result (a share write), whose Step re-arms it. Ticking again
@@ -158,17 +197,27 @@ func (c *coordinator) arm() {
 // coordFailover crashes reg's coordinator now and starts next after
 // delay (the standby taking the lock): it is active at its first Hold, and
 // listens one epoch before it reads the shares in force from the store
-// (coord.Machine's takeover).
+// (coord.Machine's takeover). The standby was subscribed all along: the
+// demand the crashed one had not drained, and what the nodes publish
+// meanwhile, is drained by next.
 func (s *Sim) coordFailover(reg *region, next *coordinator, delay time.Duration) {
-	reg.coord.stopped = true
+	for _, old := range reg.coords {
+		old.stopped = true
+		for k, v := range old.demand {
+			next.demand[k] += v
+		}
+	}
+	reg.coords = []*coordinator{next}
 	s.q.push(s.now+int64(delay), func() {
-		reg.coord = next
+		next.started = true
 		next.tick()
 	})
 }
 
 // publish sends msg from region from to every other region, after the
-// region latency, unless a partition cuts the link at sending time.
+// region latency and its jitter, through the lossy transport, unless a
+// partition cuts the link at sending or at arrival time. Every
+// coordinator subscribed in the region receives it.
 func (s *Sim) publish(from int, msg *coordv1.Message) {
 	wire, err := proto.Marshal(msg)
 	if err != nil {
@@ -178,22 +227,13 @@ func (s *Sim) publish(from int, msg *coordv1.Message) {
 		if to == from || s.cut(from, to) {
 			continue
 		}
-		s.q.push(s.now+int64(s.cfg.RegionLatency), func() {
+		s.transmit(s.cfg.RegionLatency, s.cfg.Jitter.Region, func() {
 			if s.cut(from, to) {
 				return
 			}
-			reg.coord.step(coord.Received{Wire: wire})
+			for _, co := range slices.Clone(reg.coords) {
+				co.step(coord.Received{Wire: wire})
+			}
 		})
 	}
-}
-
-// cut reports whether a partition separates regions a and b now.
-func (s *Sim) cut(a, b int) bool {
-	t := time.Duration(s.now)
-	for _, p := range s.cfg.Partitions {
-		if (p.Region == a || p.Region == b) && t >= p.From && t < p.To {
-			return true
-		}
-	}
-	return false
 }

@@ -17,9 +17,16 @@ type metrics struct {
 	hotOffered, hotAdmitted [][]int64
 	hotIdeal                []int64
 	bound                   boundCheck
-	// outside counts admissions outside the bound's assumptions
-	// (on_store_failure open or local), which the check leaves out.
-	outside int64
+	// outsideOpen and outsideLocal count admissions outside the bound's
+	// assumptions (on_store_failure open, local), which bound leaves
+	// out; withOutside checks the bound on every admission, theirs
+	// included (nil without outages), to show what they cost.
+	outsideOpen, outsideLocal int64
+	withOutside               *boundCheck
+	// storeFailed counts the requests decided by on_store_failure.
+	storeFailed int64
+	// The transports' faults: messages dropped, duplicated, held back.
+	dropped, duplicated, heldBack int64
 	// The ideal bucket of every key: tokens at ts (ns).
 	idealTok []float64
 	idealTs  []int64
@@ -43,6 +50,10 @@ func newMetrics(c *Config, rate, burst float64) *metrics {
 		m.hotAdmitted = append(m.hotAdmitted, make([]int64, slots))
 	}
 	m.bound = newBoundCheck(c.Keys, rate, burst, c.TTL)
+	if len(c.Outages) > 0 {
+		all := newBoundCheck(c.Keys, rate, burst, c.TTL)
+		m.withOutside = &all
+	}
 	for k := range m.idealTok {
 		m.idealTok[k] = burst
 	}
@@ -76,10 +87,11 @@ type verdict uint8
 const (
 	refused verdict = iota
 	allowed
-	// allowedOutside is an admission outside the bound's assumptions:
-	// on_store_failure open or local (no store fails in the simulation
-	// yet).
-	allowedOutside
+	// allowedOpen and allowedLocal are admissions outside the bound's
+	// assumptions: by on_store_failure open, or local (the node's
+	// fallback), while the region's Redis was down.
+	allowedOpen
+	allowedLocal
 )
 
 func verdictOf(ok bool) verdict {
@@ -94,10 +106,15 @@ func (m *metrics) decided(r, k int, now int64, v verdict) {
 	switch v {
 	case refused:
 		return
-	case allowedOutside:
-		m.outside++
+	case allowedOpen:
+		m.outsideOpen++
+	case allowedLocal:
+		m.outsideLocal++
 	case allowed:
 		m.bound.admit(k, now, 1)
+	}
+	if m.withOutside != nil {
+		m.withOutside.admit(k, now, 1)
 	}
 	slot := now / int64(time.Second)
 	m.admitted[slot]++

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/allot-dev/allot/internal/fallback"
 	"github.com/allot-dev/allot/lease"
 )
 
@@ -20,6 +21,14 @@ type node struct {
 	m     *lease.Manager
 	lim   *lease.Limit
 	alive bool
+	// gen counts the node's crashes: what a process that died had under
+	// way is dropped when it ends, even if the node is back (Restart).
+	gen int
+	// clockOff is the node's clock offset (Skew.Node), kept positive.
+	clockOff int64
+	// fb decides on_store_failure: local while the region's Redis is down
+	// (nil for the other modes).
+	fb *fallback.Store
 	// exactDemand is the tokens of the exact path's checks since the last
 	// publish, per key index.
 	exactDemand map[int]float64
@@ -37,8 +46,8 @@ type call struct {
 	w       *worker
 	keys    []int
 	replies []lease.Reply
-	err     error
-	failed  bool // the node crashed: the reply is not delivered
+	err     error // the Lease call's: a crash, or the store being down
+	failed  bool  // the node crashed: the reply is not delivered
 }
 
 // worker is a coroutine (iter.Pull) that runs refill rounds one after
@@ -88,8 +97,9 @@ var errCrashed = errors.New("sim: node crashed")
 
 // execute is the manager's Executor: the flush runs as its own event.
 func (nd *node) execute(run func()) {
+	gen := nd.gen
 	nd.s.q.push(nd.s.now, func() {
-		if !nd.alive {
+		if !nd.alive || nd.gen != gen {
 			return
 		}
 		c := &call{nd: nd, w: nd.s.worker()}
@@ -127,6 +137,12 @@ func (s *Sim) resume(c *call) {
 		}
 		delete(nd.waiters, k)
 		for _, a := range ws {
+			if c.err != nil {
+				// The refill they waited for failed: a real take returns
+				// its error, and the request is decided by on_store_failure.
+				nd.storeFailed(k)
+				continue
+			}
 			nd.take(k, a)
 		}
 	}
@@ -161,11 +177,22 @@ func (nd *node) take(k int, attempts uint8) {
 func (nd *node) exact(k int) {
 	s := nd.s
 	s.met.exactCalls++
-	there := int64(s.cfg.RedisRTT / 2)
+	gen := nd.gen
+	there, back := s.redisLegs(s.cfg.Jitter.Node)
 	s.q.push(s.now+there, func() {
+		if s.down(nd.reg) {
+			s.q.push(s.now+back, func() {
+				if !nd.alive || nd.gen != gen {
+					s.met.decided(nd.reg.idx, k, s.now, refused)
+					return
+				}
+				nd.storeFailed(k)
+			})
+			return
+		}
 		ok := nd.reg.store.check(s.now/1000, keyFn(string(s.subjects[k])), s.nodeSpec)
-		s.q.push(s.now+int64(s.cfg.RedisRTT)-there, func() {
-			if !nd.alive {
+		s.q.push(s.now+back, func() {
+			if !nd.alive || nd.gen != gen {
 				s.met.decided(nd.reg.idx, k, s.now, refused)
 				return
 			}
@@ -212,21 +239,26 @@ func (src source) Lease(_ context.Context, groups []lease.Group) ([]lease.Reply,
 	}
 	nd.inflight = append(nd.inflight, c)
 	s.met.leaseCalls++
-	there := int64(s.cfg.RedisRTT / 2)
-	back := int64(s.cfg.RedisRTT) - there
+	there, back := s.redisLegs(s.cfg.Jitter.Node)
 	st := nd.reg.store
 	s.q.push(s.now+there, func() {
-		// The script runs even if the node died meanwhile: its grant is
-		// stranded, as a crashed node's would be.
-		replies := make([]lease.Reply, len(groups))
-		for gi, g := range groups {
-			replies[gi] = st.lease(s.now/1000, g)
+		var replies []lease.Reply
+		var err error
+		if s.down(nd.reg) {
+			err = errStoreDown
+		} else {
+			// The script runs even if the node died meanwhile: its grant
+			// is stranded, as a crashed node's would be.
+			replies = make([]lease.Reply, len(groups))
+			for gi, g := range groups {
+				replies[gi] = st.lease(s.now/1000, g)
+			}
 		}
 		s.q.push(s.now+back, func() {
 			if c.failed {
 				return
 			}
-			c.replies = replies
+			c.replies, c.err = replies, err
 			s.resume(c)
 		})
 	})

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -30,8 +31,19 @@ type Result struct {
 	KeysChecked  int `json:"keys_checked"`
 	KeysAdmitted int `json:"keys_admitted"`
 	// OutsideAdmissions counts admissions outside the bound's assumptions
-	// (on_store_failure open or local), left out of its check.
+	// (on_store_failure open or local, while a Redis was down), left out
+	// of its check: OutsideOpen + OutsideLocal.
 	OutsideAdmissions int64 `json:"outside_admissions"`
+	OutsideOpen       int64 `json:"outside_open"`
+	OutsideLocal      int64 `json:"outside_local"`
+	// StoreFailureDecisions counts the requests decided by
+	// on_store_failure (admitted or not).
+	StoreFailureDecisions int64 `json:"store_failure_decisions"`
+	// MaxOvershootWithOutside is MaxOvershootOverBound of every
+	// admission, the outside ones included: what they cost against the
+	// bound (the same figure when no Redis went down).
+	MaxOvershootWithOutside float64 `json:"max_overshoot_with_outside"`
+	WorstWindowWithOutside  string  `json:"worst_window_with_outside,omitempty"`
 	// ConvergedAfterS is the seconds after the last shift (or the start)
 	// until the hottest key's admissions stay >= 95 % of the ideal's in
 	// every second (-1: never).
@@ -48,6 +60,12 @@ type Result struct {
 	Epochs     int   `json:"epochs"`
 	Stranded   int64 `json:"stranded"`
 	LostWrites int   `json:"lost_writes"`
+	Restarts   int   `json:"restarts"`
+	// The transports' faults (Config.Loss): messages dropped, duplicated
+	// and held back.
+	MessagesDropped    int64 `json:"messages_dropped"`
+	MessagesDuplicated int64 `json:"messages_duplicated"`
+	MessagesHeldBack   int64 `json:"messages_held_back"`
 
 	Regions   []RegionResult `json:"-"`
 	Intervals []Interval     `json:"-"`
@@ -95,11 +113,21 @@ func (s *Sim) result() *Result {
 		res.AdmittedOverIdeal = round(float64(res.Admitted)/float64(res.Ideal), 6)
 	}
 	res.MaxOvershootOverBound, res.WorstWindow = round(m.bound.worst, 6), m.bound.where
-	res.KeysChecked, res.KeysAdmitted, res.OutsideAdmissions = len(m.bound.x), m.bound.admitted, m.outside
+	res.KeysChecked, res.KeysAdmitted = len(m.bound.x), m.bound.admitted
+	res.OutsideOpen, res.OutsideLocal, res.StoreFailureDecisions = m.outsideOpen, m.outsideLocal, m.storeFailed
+	res.OutsideAdmissions = m.outsideOpen + m.outsideLocal
+	res.MaxOvershootWithOutside = res.MaxOvershootOverBound
+	if w := m.withOutside; w != nil {
+		res.MaxOvershootWithOutside, res.WorstWindowWithOutside = round(w.worst, 6), w.where
+	}
+	res.Restarts = s.restarts
+	res.MessagesDropped, res.MessagesDuplicated, res.MessagesHeldBack = m.dropped, m.duplicated, m.heldBack
 	res.ConvergedAfterS = m.converged(c.lastChange(), c.Duration)
 	res.UnderservedRegionSeconds = m.underserved(c.Duration)
 	for _, reg := range s.regions {
-		res.Epochs += reg.coord.epochs
+		for _, co := range reg.all {
+			res.Epochs += co.epochs
+		}
 		rr := RegionResult{Name: reg.name}
 		for i := range m.offered {
 			rr.HotOffered += m.hotOffered[reg.idx][i]
@@ -177,6 +205,10 @@ func (r *Result) Write(w io.Writer) error {
 	fmt.Fprintf(&b, "all keys: offered %d, admitted %d, ideal bucket %d (%.2f %%); lease calls %d; exact checks %d; epochs %d\n",
 		r.Offered, r.Admitted, r.Ideal, 100*r.AdmittedOverIdeal, r.LeaseCalls, r.ExactCalls, r.Epochs)
 	fmt.Fprintf(&b, "worst window: %s (%.1f %% of the bound)\n", r.WorstWindow, 100*(1+r.MaxOvershootOverBound))
+	if r.StoreFailureDecisions > 0 {
+		fmt.Fprintf(&b, "on_store_failure %s: %d requests decided, %d admitted open and %d local (outside the bound); with them the worst window is %.1f %% of the bound\n",
+			cmp.Or(c.OnStoreFailure, FailOpen), r.StoreFailureDecisions, r.OutsideOpen, r.OutsideLocal, 100*(1+r.MaxOvershootWithOutside))
+	}
 	if len(r.Intervals) > 0 {
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "hot key, by interval\tfrom\tto\t% of L\tper region /s\t")

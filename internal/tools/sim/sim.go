@@ -11,16 +11,20 @@ import (
 
 	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/internal/coord"
+	"github.com/allot-dev/allot/internal/fallback"
 	"github.com/allot-dev/allot/lease"
 )
 
 // Sim is one scenario in progress. It is not safe for concurrent use;
 // Run owns it.
 type Sim struct {
-	cfg      Config
-	q        queue
-	now      int64 // ns since the start
-	rng      *rand.Rand
+	cfg Config
+	q   queue
+	now int64 // ns since the start
+	rng *rand.Rand
+	// frng draws the faults' randomness (faults.go): a fault turned on
+	// leaves the arrivals as they were.
+	frng     *rand.Rand
 	dist     *keyDist
 	global   coord.Limit
 	nodeSpec algorithm.Spec // a node's numbers when no share is written
@@ -37,24 +41,42 @@ type Sim struct {
 	rates    []float64
 	stranded int64
 	undone   int
+	restarts int
 }
 
-// region is one region: its Redis, its nodes, its coordinator, the
-// demand its nodes published since the coordinator's last drain.
+// region is one region: its Redis, its nodes, its coordinators.
 type region struct {
-	idx    int
-	name   string
-	store  *store
-	nodes  []*node
-	alive  []*node
-	coord  *coordinator
-	demand map[string]float64
+	idx   int
+	name  string
+	store *store
+	nodes []*node
+	alive []*node
+	// coords are the coordinators subscribed to the region's messages
+	// (one, or two while an Overlap lasts or a standby waits to take
+	// over); all is every coordinator the region ever had.
+	coords []*coordinator
+	all    []*coordinator
+	// coordOff is the region's coordinators' clock offset (Skew.Coord).
+	coordOff time.Duration
 }
 
-// clock is the managers' lease.Clock: virtual time, never 0.
-type clock struct{ s *Sim }
+// clock is a manager's lease.Clock: virtual time plus the node's offset,
+// never 0.
+type clock struct {
+	s   *Sim
+	off int64
+}
 
-func (c clock) Now() int64 { return c.s.now + 1 }
+func (c clock) Now() int64 { return c.s.now + 1 + c.off }
+
+// offset draws a clock offset in [-max, max] (0 without a draw if max
+// is 0).
+func (s *Sim) offset(max time.Duration) time.Duration {
+	if max <= 0 {
+		return 0
+	}
+	return time.Duration(s.frng.Int64N(2*int64(max)+1)) - max
+}
 
 // Run simulates c and returns what happened.
 func Run(c Config) (*Result, error) {
@@ -85,6 +107,7 @@ func build(c Config) (*Sim, error) {
 	cancel()
 	s := &Sim{
 		cfg: c, rng: rand.New(rand.NewPCG(c.Seed, c.Seed^0x9e3779b97f4a7c15)), dist: newKeyDist(&c),
+		frng:   rand.New(rand.NewPCG(c.Seed^0x5851f42d4c957f2d, c.Seed+0x14057b7ef767814f)),
 		global: coord.Limit{Rate: spec.Rate(), Burst: float64(spec.Capacity())}, expired: expired,
 	}
 	s.met = newMetrics(&c, spec.Rate(), float64(spec.Capacity()))
@@ -106,41 +129,24 @@ func build(c Config) (*Sim, error) {
 	}
 	s.nodeSpec = spec.Share(c.Regions)
 	for r := range c.Regions {
-		s.regions = append(s.regions, &region{
-			idx: r, name: RegionName(r), store: newStore(em, c.Keys, len(c.Failovers) > 0, keep), demand: map[string]float64{},
-		})
+		st := newStore(em, c.Keys, len(c.Failovers) > 0, keep)
+		// Only differences of a Redis's TIME matter to its own buckets;
+		// the offset is kept positive for the expiry arithmetic.
+		st.skewUs = (s.offset(c.Skew.Redis) + c.Skew.Redis).Microseconds()
+		s.regions = append(s.regions, &region{idx: r, name: RegionName(r), store: st, coordOff: s.offset(c.Skew.Coord)})
 	}
 	for _, reg := range s.regions {
 		for i := range c.Nodes {
-			nd := &node{s: s, reg: reg, idx: i, alive: true, exactDemand: map[int]float64{}}
-			m, err := lease.New(lease.Options{
-				Source: source{nd}, Clock: clock{s}, SweepEvery: -1, Executor: nd.execute, FixedHash: true, ColdExact: true, // as node runs it
-				Defaults: lease.Config{TTL: cmp.Or(c.spendFor, c.TTL), TargetPeriod: c.TargetPeriod, ColdHits: c.ColdHits},
-				Logger:   slog.New(slog.DiscardHandler),
-			})
-			if err != nil {
-				return nil, fmt.Errorf("sim: node: %w", err)
+			if err := s.addNode(reg, i); err != nil {
+				return nil, err
 			}
-			nd.m = m
-			if nd.lim, err = m.NewLimit(keyFn, s.nodeSpec, lease.Config{}, true); err != nil {
-				return nil, fmt.Errorf("sim: limit: %w", err)
-			}
-			reg.nodes = append(reg.nodes, nd)
-			reg.alive = append(reg.alive, nd)
-			// Nodes publish demand and sweep at their own phases.
-			phase := int64(c.DemandPeriod) * int64(i) / int64(c.Nodes)
-			s.every(phase, int64(c.DemandPeriod), nd.publish)
-			s.every(int64(5*time.Second)*int64(i)/int64(c.Nodes), int64(5*time.Second), func() {
-				if nd.alive {
-					nd.m.Sweep()
-				}
-			})
 		}
 		co, err := newCoordinator(s, reg)
 		if err != nil {
 			return nil, fmt.Errorf("sim: coordinator: %w", err)
 		}
-		reg.coord = co
+		co.started = true
+		reg.coords = []*coordinator{co}
 		s.q.push(0, co.tick)
 	}
 	s.every(0, int64(c.Arrival), s.arrive)
@@ -167,7 +173,54 @@ func build(c Config) (*Sim, error) {
 		}
 		s.q.push(int64(f.At), func() { s.coordFailover(reg, next, f.After) })
 	}
+	if err := s.scheduleFaults(); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// addNode starts node i of reg: a real lease manager, publishing its
+// demand and sweeping at its own phases.
+func (s *Sim) addNode(reg *region, i int) error {
+	c := &s.cfg
+	nd := &node{s: s, reg: reg, idx: i, alive: true, exactDemand: map[int]float64{}}
+	nd.clockOff = int64(s.offset(c.Skew.Node) + c.Skew.Node) // a lease.Clock is positive
+	if err := nd.start(); err != nil {
+		return err
+	}
+	reg.nodes = append(reg.nodes, nd)
+	reg.alive = append(reg.alive, nd)
+	phase := int(i % c.Nodes)
+	s.every(s.now+int64(c.DemandPeriod)*int64(phase)/int64(c.Nodes), int64(c.DemandPeriod), nd.publish)
+	s.every(s.now+int64(5*time.Second)*int64(phase)/int64(c.Nodes), int64(5*time.Second), func() {
+		if nd.alive {
+			nd.m.Sweep()
+		}
+	})
+	return nil
+}
+
+// start gives the node a new lease manager (and local fallback store), as
+// a process starting does.
+func (nd *node) start() error {
+	s, c := nd.s, &nd.s.cfg
+	m, err := lease.New(lease.Options{
+		Source: source{nd}, Clock: clock{s, nd.clockOff}, SweepEvery: -1, Executor: nd.execute, FixedHash: true, ColdExact: true, // as node runs it
+		Defaults: lease.Config{TTL: cmp.Or(c.spendFor, c.TTL), TargetPeriod: c.TargetPeriod, ColdHits: c.ColdHits},
+		Logger:   slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return fmt.Errorf("sim: node: %w", err)
+	}
+	nd.m = m
+	if nd.lim, err = m.NewLimit(keyFn, s.nodeSpec, lease.Config{}, true); err != nil {
+		return fmt.Errorf("sim: limit: %w", err)
+	}
+	nd.fb = nil
+	if c.OnStoreFailure == FailLocal {
+		nd.fb = fallback.New(regionSize{nd.reg}, nd.wall)
+	}
+	return nil
 }
 
 // every runs fn at first and then every period until the end.
@@ -226,9 +279,12 @@ func (nd *node) publish() {
 		return
 	}
 	reg := nd.reg
-	nd.s.q.push(nd.s.now+int64(nd.s.cfg.RedisRTT/2), func() {
-		for k, v := range d {
-			reg.demand[k] += v
+	s := nd.s
+	s.transmit(s.cfg.RedisRTT/2, s.cfg.Jitter.Node, func() {
+		for _, co := range reg.coords {
+			for k, v := range d {
+				co.demand[k] += v
+			}
 		}
 	})
 }
@@ -238,6 +294,7 @@ func (s *Sim) crash(nd *node) {
 		return
 	}
 	s.stranded += nd.crash()
+	nd.gen++ // what was under way for the process that died is dropped
 	reg := nd.reg
 	for i, x := range reg.alive {
 		if x == nd {

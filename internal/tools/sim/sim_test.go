@@ -15,7 +15,10 @@ import (
 	"github.com/allot-dev/allot/lease"
 )
 
-var long = flag.Bool("sim.long", false, "run the long property set (200 scenarios)")
+var (
+	long  = flag.Bool("sim.long", false, "run the long property set (200 scenarios)")
+	first = flag.Int("sim.first", 1, "the property set's first seed")
+)
 
 func run(t *testing.T, c Config) *Result {
 	t.Helper()
@@ -42,8 +45,18 @@ func faulty() Config {
 	c.Interval = 2 * time.Second
 	c.ShiftAt, c.ShiftTo = 12*time.Second, []float64{0.8, 0.1, 0.1}
 	c.Crashes = []Crash{{Region: 0, Node: 1, At: 15 * time.Second}}
-	c.Partitions = []Partition{{Region: 2, From: 20 * time.Second, To: 28 * time.Second}}
+	c.Partitions = []Partition{{Region: 2, From: 20 * time.Second, To: 28 * time.Second},
+		{Region: 0, Peer: 1, Link: true, Dir: Out, From: 13 * time.Second, To: 16 * time.Second}}
 	c.Failovers = []Failover{{Region: 1, At: 30 * time.Second, Loss: 200 * time.Millisecond}}
+	c.CoordFailovers = []CoordFailover{{Region: 2, At: 9 * time.Second, After: time.Second}}
+	c.Jitter = Jitter{Node: time.Millisecond, Coord: 2 * time.Millisecond, Region: 30 * time.Millisecond}
+	c.Loss = Loss{Drop: 0.05, Dup: 0.05, Reorder: 0.1, Hold: 100 * time.Millisecond}
+	c.Skew = Skew{Redis: 200 * time.Millisecond, Node: 50 * time.Millisecond, Coord: time.Second}
+	c.Outages = []Outage{{Region: 0, From: 17 * time.Second, To: 19 * time.Second}}
+	c.OnStoreFailure = FailLocal
+	c.Restarts = []Restart{{Region: 1, Node: 2, At: 14 * time.Second, Back: 18 * time.Second}}
+	c.Joins = []Join{{Region: 0, At: 20 * time.Second}}
+	c.Overlaps = []Overlap{{Region: 1, From: 21 * time.Second, To: 25 * time.Second}}
 	return c
 }
 
@@ -73,7 +86,9 @@ func TestSameSeedSameOutput(t *testing.T) {
 	}
 }
 
-// The faults happen: a crash strands its leases, a failover loses writes.
+// The faults happen: a crash strands its leases, a failover loses writes,
+// messages are dropped, duplicated and held back, a node restarts, a
+// Redis outage is decided by the local fallback.
 func TestFaultsTakeEffect(t *testing.T) {
 	r := faultyResult(t)
 	if r.Stranded <= 0 {
@@ -84,6 +99,109 @@ func TestFaultsTakeEffect(t *testing.T) {
 	}
 	if r.Epochs == 0 {
 		t.Error("no coordinator epoch finished")
+	}
+	if r.MessagesDropped == 0 || r.MessagesDuplicated == 0 || r.MessagesHeldBack == 0 {
+		t.Errorf("messages dropped %d, duplicated %d, held back %d: want each > 0", r.MessagesDropped, r.MessagesDuplicated, r.MessagesHeldBack)
+	}
+	if r.Restarts != 1 {
+		t.Errorf("%d restarts, want 1", r.Restarts)
+	}
+	if r.StoreFailureDecisions == 0 || r.OutsideLocal == 0 || r.OutsideOpen != 0 {
+		t.Errorf("outage: %d decided by on_store_failure local, %d admitted local, %d open: want > 0, > 0, 0",
+			r.StoreFailureDecisions, r.OutsideLocal, r.OutsideOpen)
+	}
+}
+
+// A Redis outage is decided by the policy's on_store_failure: closed
+// admits nothing more, open everything asked of the region, local the
+// region's numbers spread over its live nodes; the theorem's bound
+// holds on what Redis and its leases admitted, and what open admitted
+// breaks it when counted in (max_overshoot_with_outside), where local's
+// stays within a few percent of it.
+func TestOutageOnStoreFailure(t *testing.T) {
+	got := map[string]*Result{}
+	for _, mode := range []string{FailOpen, FailClosed, FailLocal} {
+		c := Default()
+		c.Duration, c.Nodes, c.Rate = 30*time.Second, 4, 1500
+		c.Outages = []Outage{{Region: 0, From: 10 * time.Second, To: 20 * time.Second}}
+		c.OnStoreFailure = mode
+		r := run(t, c)
+		got[mode] = r
+		t.Logf("%s: %d decided by on_store_failure, %d admitted open, %d local; covered %.4f, with them %.4f of the bound",
+			mode, r.StoreFailureDecisions, r.OutsideOpen, r.OutsideLocal, r.MaxOvershootOverBound, r.MaxOvershootWithOutside)
+		if r.StoreFailureDecisions == 0 {
+			t.Errorf("%s: nothing decided by on_store_failure", mode)
+		}
+		if r.MaxOvershootOverBound > 0 {
+			t.Errorf("%s: the covered admissions broke the bound: %.4f (%s)", mode, r.MaxOvershootOverBound, r.WorstWindow)
+		}
+	}
+	open, closed, local := got[FailOpen], got[FailClosed], got[FailLocal]
+	assert.Zero(t, closed.OutsideAdmissions)
+	assert.Equal(t, closed.MaxOvershootOverBound, closed.MaxOvershootWithOutside)
+	assert.Zero(t, open.OutsideLocal)
+	assert.Zero(t, local.OutsideOpen)
+	// us asks 1,000/s of its 100/s for 10 s: open admits what the
+	// managers do not deny from their pacing (about half), far past the
+	// bound.
+	assert.Greater(t, open.OutsideOpen, int64(3000))
+	assert.Greater(t, open.MaxOvershootWithOutside, 0.2)
+	// local: us's 100/s over its 4 nodes, for 10 s.
+	assert.InDelta(t, 1000, float64(local.OutsideLocal), 150)
+	assert.Less(t, local.MaxOvershootWithOutside, 0.1)
+}
+
+// The fault flags' syntax.
+func TestParseFaults(t *testing.T) {
+	ps, err := ParsePartitions("1@1s-2s,0<>2@3s-4s,0>2@5s-6s,1>*@7s-8s,*>2@9s-10s")
+	if assert.NoError(t, err) {
+		assert.Equal(t, []Partition{
+			{Region: 1, From: time.Second, To: 2 * time.Second},
+			{Region: 0, Peer: 2, Link: true, From: 3 * time.Second, To: 4 * time.Second},
+			{Region: 0, Peer: 2, Link: true, Dir: Out, From: 5 * time.Second, To: 6 * time.Second},
+			{Region: 1, Dir: Out, From: 7 * time.Second, To: 8 * time.Second},
+			{Region: 2, Dir: In, From: 9 * time.Second, To: 10 * time.Second},
+		}, ps)
+		cuts := func(p Partition, a, b int) bool { return p.cuts(a, b) }
+		assert.True(t, cuts(ps[0], 1, 0) && cuts(ps[0], 2, 1) && !cuts(ps[0], 0, 2))
+		assert.True(t, cuts(ps[1], 0, 2) && cuts(ps[1], 2, 0) && !cuts(ps[1], 0, 1))
+		assert.True(t, cuts(ps[2], 0, 2) && !cuts(ps[2], 2, 0))
+		assert.True(t, cuts(ps[3], 1, 0) && cuts(ps[3], 1, 2) && !cuts(ps[3], 0, 1))
+		assert.True(t, cuts(ps[4], 0, 2) && cuts(ps[4], 1, 2) && !cuts(ps[4], 2, 0))
+	}
+	j, err := ParseJitter("5ms")
+	assert.NoError(t, err)
+	assert.Equal(t, Jitter{5 * time.Millisecond, 5 * time.Millisecond, 5 * time.Millisecond}, j)
+	j, err = ParseJitter("node=1ms,region=30ms")
+	assert.NoError(t, err)
+	assert.Equal(t, Jitter{Node: time.Millisecond, Region: 30 * time.Millisecond}, j)
+	l, err := ParseLoss("drop=0.05,dup=0.02,reorder=0.1,hold=50ms")
+	assert.NoError(t, err)
+	assert.Equal(t, Loss{Drop: 0.05, Dup: 0.02, Reorder: 0.1, Hold: 50 * time.Millisecond}, l)
+	l, err = ParseLoss("0.1")
+	assert.NoError(t, err)
+	assert.Equal(t, Loss{Drop: 0.1, Hold: 100 * time.Millisecond}, l)
+	sk, err := ParseSkew("redis=200ms,coord=1s")
+	assert.NoError(t, err)
+	assert.Equal(t, Skew{Redis: 200 * time.Millisecond, Coord: time.Second}, sk)
+	rs, err := ParseRestarts("0/3@40s-55s")
+	assert.NoError(t, err)
+	assert.Equal(t, []Restart{{Region: 0, Node: 3, At: 40 * time.Second, Back: 55 * time.Second}}, rs)
+	js, err := ParseJoins("2@45s,2@50s")
+	assert.NoError(t, err)
+	assert.Equal(t, []Join{{Region: 2, At: 45 * time.Second}, {Region: 2, At: 50 * time.Second}}, js)
+	os, err := ParseOverlaps("0@35s-50s")
+	assert.NoError(t, err)
+	assert.Equal(t, []Overlap{{Region: 0, From: 35 * time.Second, To: 50 * time.Second}}, os)
+	for _, bad := range []func() error{
+		func() error { _, err := ParsePartitions("1>@1s-2s"); return err },
+		func() error { _, err := ParsePartitions("1<>x@1s-2s"); return err },
+		func() error { _, err := ParseJitter("wan=1ms"); return err },
+		func() error { _, err := ParseLoss("drop=x"); return err },
+		func() error { _, err := ParseRestarts("0/1@5s"); return err },
+		func() error { _, err := ParseJoins("1@5s-6s"); return err },
+	} {
+		assert.Error(t, bad())
 	}
 }
 
@@ -201,28 +319,97 @@ func randomScenario(seed uint64) Config {
 		from := after()
 		c.Partitions = []Partition{{Region: rng.IntN(c.Regions), From: from, To: from + time.Duration(rng.Int64N(int64(10*time.Second)))}}
 	}
+	addFaults(rng, &c, after)
 	return c
 }
 
+// addFaults draws the faults of faults.go into c, after every other draw
+// (the scenarios' other numbers stay as they were): jitter, message
+// loss, clock skew for the whole run; after the shift a one-way or
+// single-link partition, a Redis outage decided by a random
+// on_store_failure, restarts, a join and a coordinator overlap. Then the
+// run goes on for 4 intervals past the last fault's end: faults that
+// cost rounds (a coordinator without its lock, reports dropped or cut)
+// stall the shares where they were, and the mutants of shares summing
+// past L show only once rounds complete again.
+func addFaults(rng *rand.Rand, c *Config, after func() time.Duration) {
+	ms := func(n int) time.Duration { return time.Duration(rng.IntN(n*1000)) * time.Microsecond }
+	end := c.Duration
+	window := func(n int) (from, to time.Duration) {
+		from = after()
+		to = from + ms(n)
+		end = max(end, to)
+		return from, to
+	}
+	if rng.IntN(2) == 0 {
+		c.Jitter = Jitter{Node: ms(2), Coord: ms(5), Region: ms(100)}
+	}
+	if rng.IntN(2) == 0 {
+		c.Loss = Loss{Drop: 0.05 * rng.Float64(), Dup: 0.05 * rng.Float64(), Reorder: 0.1 * rng.Float64(), Hold: 1 + ms(300)}
+	}
+	if rng.IntN(2) == 0 {
+		c.Skew = Skew{Redis: ms(1000), Node: ms(200), Coord: ms(2000)}
+	}
+	if rng.IntN(2) == 0 {
+		p := Partition{Region: rng.IntN(c.Regions), Dir: Direction(rng.IntN(3))}
+		p.From, p.To = window(10000)
+		if rng.IntN(2) == 0 {
+			p.Link, p.Peer = true, (p.Region+1+rng.IntN(c.Regions-1))%c.Regions
+		}
+		c.Partitions = append(c.Partitions, p)
+	}
+	c.OnStoreFailure = []string{FailOpen, FailClosed, FailLocal}[rng.IntN(3)]
+	if rng.IntN(2) == 0 {
+		o := Outage{Region: rng.IntN(c.Regions)}
+		o.From, o.To = window(5000)
+		c.Outages = []Outage{o}
+	}
+	for range rng.IntN(3) {
+		r := Restart{Region: rng.IntN(c.Regions), Node: rng.IntN(c.Nodes)}
+		r.At, r.Back = window(5000)
+		c.Restarts = append(c.Restarts, r)
+	}
+	if rng.IntN(3) == 0 {
+		c.Joins = []Join{{Region: rng.IntN(c.Regions), At: after()}}
+	}
+	if rng.IntN(4) == 0 {
+		o := Overlap{Region: rng.IntN(c.Regions)}
+		o.From = after()
+		o.To = o.From + time.Duration(1+rng.IntN(3))*c.Interval
+		end = max(end, o.To)
+		c.Overlaps = []Overlap{o}
+	}
+	c.Duration = max(c.Duration, end+4*c.Interval).Round(time.Second)
+}
+
 // TestPropertyBound drives random scenarios through the fleet: in every
-// one, no window of any key admits more than Theorem 2's bound,
-// and no key's shares in force ever sum past L (Theorem 1). -sim.long
-// runs 200 scenarios instead of 12.
+// one, no window of any key admits more than Theorem 2's bound (on the
+// admissions it covers: on_store_failure's are counted apart), and no
+// key's shares in force ever sum past L (Theorem 1), except while two
+// coordinators act in one region at once (an Overlap: outside Theorem
+// 1's assumptions; the excess is logged). -sim.long runs 200 scenarios
+// instead of 40; -sim.first moves the seeds.
 func TestPropertyBound(t *testing.T) {
-	n := 12
+	n := 40
 	if *long {
 		n = 200
 	}
 	for seed := range uint64(n) {
-		c := randomScenario(seed + 1)
-		t.Run(fmt.Sprint(seed+1), func(t *testing.T) {
+		c := randomScenario(seed + uint64(*first))
+		t.Run(fmt.Sprint(seed+uint64(*first)), func(t *testing.T) {
 			t.Parallel()
 			r := run(t, c)
 			if r.MaxOvershootOverBound > 0 {
 				t.Errorf("overshoot %.4f of the bound (%s) in %+v", r.MaxOvershootOverBound, r.WorstWindow, c)
 			}
-			if r.MaxShareSum > 1 {
+			switch {
+			case r.MaxShareSum > 1 && len(c.Overlaps) > 0:
+				t.Logf("two coordinators in one region: shares summed to %.6f of L (outside Theorem 1), the window bound at %.4f", r.MaxShareSum, r.MaxOvershootOverBound)
+			case r.MaxShareSum > 1:
 				t.Errorf("shares summed to %.6f of L in %+v", r.MaxShareSum, c)
+			}
+			if len(c.Outages) > 0 && r.StoreFailureDecisions == 0 && r.Offered > 0 {
+				t.Logf("the outage decided nothing by on_store_failure")
 			}
 			if r.Admitted == 0 && r.Offered > 0 {
 				t.Errorf("nothing admitted of %d offered", r.Offered)

@@ -27,6 +27,9 @@ type store struct {
 	journal []undo
 	keep    int64 // µs of journal kept
 	pruneAt int
+	// skewUs is the Redis's clock offset (Skew.Redis), added to the
+	// virtual time of every call: its TIME and its keys' expiry.
+	skewUs int64
 	// The last key slot looked up, as the scripts name one key many times.
 	lastKey string
 	lastIdx int
@@ -74,6 +77,7 @@ func (s *store) slot(key string, write bool) *hash {
 // failover undoes every write of the last loss µs (the replica promoted
 // had not received them) and returns the keys undone, latest first.
 func (s *store) failover(now, loss int64) (undone []int) {
+	now += s.skewUs
 	for i := len(s.journal) - 1; i >= 0 && s.journal[i].at > now-loss; i-- {
 		s.h[s.journal[i].key] = s.journal[i].prev
 		undone = append(undone, s.journal[i].key)
@@ -83,7 +87,7 @@ func (s *store) failover(now, loss int64) (undone []int) {
 }
 
 func (s *store) eval(sc script, now int64, keys, argv []string) any {
-	return s.em.eval(s, sc, now, keys, argv)
+	return s.em.eval(s, sc, now+s.skewUs, keys, argv)
 }
 
 // itoa is an integer argument as go-redis sends it.
@@ -157,6 +161,7 @@ func (s *store) share(now int64, u coord.ShareUpdate) {
 // field is key k's field f at now (µs), as HGET reads it: absent when the
 // key has expired.
 func (s *store) field(now int64, k, f int) (float64, bool) {
+	now += s.skewUs
 	h := &s.h[k]
 	if h.has&(1<<f) == 0 || h.exp != 0 && (timeBase+now)/1000 > s.em.baseMs+int64(h.exp)-1 {
 		return 0, false
