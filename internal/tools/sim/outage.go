@@ -10,7 +10,7 @@ import (
 
 // A region's Redis down (Config.Outages): every call to it fails, and
 // the nodes decide what they cannot take from leases on hand by the
-// policy's on_store_failure, as package decide does (degraded.go):
+// policy's on_store_failure, as package decide does (internal/decide/degraded.go):
 // closed denies, open admits, local takes from the node's local fallback
 // store (package fallback: the region's numbers over its live nodes).
 // Admissions by open or local are outside the overshoot theorem's
