@@ -2,7 +2,6 @@ package decide
 
 import (
 	"slices"
-	"time"
 
 	"github.com/allot-dev/allot/policy"
 )
@@ -15,10 +14,6 @@ type Fallback interface {
 	// Share is the capacity this node enforces of a limit of capacity c.
 	Share(c int64) int64
 }
-
-// warnEvery rate-limits the store-failure warning: during an outage every
-// check fails, and a log line per check would cost more than the check.
-const warnEvery = 10 * time.Second
 
 // degraded decides a check some of whose policies could not reach the
 // store (c.failed; c.cause says why). Each enforced failed policy follows its
@@ -40,10 +35,8 @@ func (c *check) byStoreFailure() (Decision, error) {
 		c.undo()
 		return Decision{}, err
 	}
-	if now := time.Now().UnixNano(); now-d.warned.Load() >= int64(warnEvery) {
-		d.warned.Store(now)
-		d.log.Warn("store failed; deciding by on_store_failure (logged at most every 10s)", "err", c.cause)
-	}
+	// A line per check during an outage: Config.Log is rate-limited.
+	d.log.Warn("store failed; deciding by on_store_failure", "err", c.cause)
 	var lbuf [8]*policy.Compiled
 	f := d.onFailure(c.failed, lbuf[:0])
 	if pol := f.closed; pol != nil {

@@ -1,8 +1,6 @@
 package decide
 
 import (
-	"time"
-
 	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/policy"
 )
@@ -113,10 +111,9 @@ func (d *Decider) Quota(r *policy.Request) Grant {
 // strictest on_store_failure among its enforced policies decides, by the
 // precedence checks follow (onFailure).
 func (d *Decider) QuotaFailed(g *Grant, cause error) Grant {
-	if now := time.Now().UnixNano(); now-d.warned.Load() >= int64(warnEvery) {
-		d.warned.Store(now)
-		d.log.Warn("store failed; quota decided by on_store_failure (logged at most every 10s)", "err", cause)
-	}
+	// A line per round of every stream during an outage: Config.Log is
+	// rate-limited.
+	d.log.Warn("store failed; quota decided by on_store_failure", "err", cause)
 	why := ErrStoreUnavailable.Error()
 	var lbuf [8]*policy.Compiled
 	f := d.onFailure(g.enforced, lbuf[:0])

@@ -53,6 +53,10 @@ policies:
 	refill := strings.Count(out, "lease refill failed")
 	require.GreaterOrEqual(t, refill, 1, "refills failed: %s", out)
 	assert.LessOrEqual(t, refill, 1, "one line per 10 s, not one per failed refill:\n%s", out)
+	// The decider's line per degraded check goes through the same limit.
+	degraded := strings.Count(out, "store failed; deciding by on_store_failure")
+	require.GreaterOrEqual(t, degraded, 1, "checks were degraded: %s", out)
+	assert.LessOrEqual(t, degraded, 1, "one line per 10 s, not one per degraded check:\n%s", out)
 }
 
 // A client may send thousands of refused RLQS bucket ids: the node logs
