@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/node/nodetest"
 	"github.com/allot-dev/allot/internal/telemetry"
 	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/lease"
@@ -54,7 +55,7 @@ func startTelemetryNode(t *testing.T, tcfg telemetry.Config, cfg node.Config) (*
 	t.Helper()
 	tel, err := telemetry.New(context.Background(), tcfg)
 	require.NoError(t, err)
-	path := policyFile(t, telemetryPolicies)
+	path := nodetest.PolicyFile(t, telemetryPolicies)
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.PoliciesPath, cfg.Telemetry = "127.0.0.1:0", "127.0.0.1:0", path, tel
 	n, err := node.Start(context.Background(), cfg)
 	require.NoError(t, err)
