@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/allot-dev/allot/client"
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/node/nodetest"
 	"github.com/allot-dev/allot/internal/server"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
@@ -50,11 +49,7 @@ func startNode(t testing.TB) *node.Node { return startNodeWith(t, policies) }
 // Redis instances redis (none: standalone).
 func startNodeWith(t testing.TB, pols string, redis ...string) *node.Node {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "p.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(pols), 0o600))
-	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", PoliciesPath: path, Redis: redis})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })
+	n, _ := nodetest.Start(t, pols, node.Config{Redis: redis})
 	return n
 }
 

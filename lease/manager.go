@@ -140,7 +140,11 @@ type Options struct {
 	// not depend on it. Not for serving: a known hash lets a client pick
 	// subjects that crowd one stripe.
 	FixedHash bool
-	Logger    *slog.Logger
+	// Logger receives the manager's warnings; nil discards them. A failed
+	// refill round logs a line, and while a shard is down or the node
+	// sheds load every round fails: give it a rate-limited logger (a
+	// node passes internal/ratelog's), or an outage floods it.
+	Logger *slog.Logger
 }
 
 // Manager holds leases for many keys. It is safe for concurrent use;
@@ -165,9 +169,6 @@ type Manager struct {
 	closed   atomic.Bool
 	once     sync.Once
 	stats    counters
-	// failedRounds counts failed refill rounds since the last warning,
-	// logged at lastWarn (unix ns; see warnFailed).
-	failedRounds, lastWarn atomic.Int64
 }
 
 type counters struct {

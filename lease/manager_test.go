@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/algorithm"
+	"github.com/allot-dev/allot/internal/ratelog"
 )
 
 func spec(limit int64, period time.Duration, burst int64) algorithm.Spec {
@@ -427,13 +428,15 @@ var errUnavailable = errors.New("store unavailable (circuit breaker open)")
 // A refill that fails because the store is unavailable (a sick shard,
 // its breaker open) reaches every waiting Take wrapped, so that callers
 // can tell it from a denial with errors.Is, and the warning about it is
-// logged once per warnEvery, not once per round.
+// one message, which the rate-limited logger a node gives the manager
+// (internal/ratelog) logs once per interval, not once per round.
 func TestRefillErrorsKeepTheirCause(t *testing.T) {
 	clk := NewManualClock()
 	src := newFake(clk)
 	src.fail = fmt.Errorf("shard a: %w", errUnavailable)
 	var logged bytes.Buffer
-	m, err := New(Options{Source: src, Clock: clk, SweepEvery: -1, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	log := ratelog.New(slog.New(slog.NewTextHandler(&logged, nil)), ratelog.DefaultEvery, nil)
+	m, err := New(Options{Source: src, Clock: clk, SweepEvery: -1, Logger: log})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	lim := newLimit(t, m, spec(100, time.Second, 100), Config{}, false)

@@ -164,27 +164,11 @@ func (m *Manager) flush(sh *stripe) {
 
 	if len(errs) > 0 {
 		rnd.err = fmt.Errorf("lease: refill: %w", errors.Join(errs...))
-		m.warnFailed(len(batch), rnd.err)
+		// A line per round while a shard is down or the node sheds:
+		// Options.Logger is rate-limited.
+		m.log.Warn("lease refill failed", "keys", len(batch), "err", rnd.err)
 	}
 	close(rnd.done)
-}
-
-// warnEvery rate-limits the refill-failure warning: while a shard is down
-// or the node sheds load every round fails, and a line per round would
-// cost more than the round.
-const warnEvery = 10 * time.Second
-
-// warnFailed logs a failed refill round, at most once per warnEvery, with
-// how many failed rounds the previous line left unsaid.
-func (m *Manager) warnFailed(keys int, err error) {
-	n := m.failedRounds.Add(1)
-	now := time.Now().UnixNano()
-	last := m.lastWarn.Load()
-	if last != 0 && now-last < int64(warnEvery) || !m.lastWarn.CompareAndSwap(last, now) {
-		return
-	}
-	m.failedRounds.Add(-n)
-	m.log.Warn("lease refill failed", "keys", keys, "err", err, "failed_rounds", n)
 }
 
 // size updates e's rate estimate and returns the grant to ask for. After

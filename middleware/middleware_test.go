@@ -7,8 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/allot-dev/allot/client"
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/node/nodetest"
 	"github.com/allot-dev/allot/middleware"
 	"github.com/allot-dev/allot/problem"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
@@ -44,14 +43,7 @@ const patient = 30 * time.Second
 // startNode runs a standalone node with gRPC and HTTP on real listeners.
 func startNode(t *testing.T) (*node.Node, ratelimitv1.RateLimiterServiceClient) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "p.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(policies), 0o600))
-	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", PoliciesPath: path})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })
-	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() })
+	n, conn := nodetest.Start(t, policies, node.Config{HTTPAddr: "127.0.0.1:0"})
 	return n, ratelimitv1.NewRateLimiterServiceClient(conn)
 }
 

@@ -84,7 +84,6 @@ type Decider struct {
 	fallback Fallback       // nil: on_store_failure: local fails open
 	timeout  time.Duration  // the budget of one check's store work; 0: none
 	regions  int            // n: a scope: global limit enforces L/n here unless a coordinator share says otherwise
-	warned   atomic.Int64   // unix ns of the last store-failure warning
 	demand   demand         // exact-path global keys' demand, for DrainDemand
 }
 
@@ -134,7 +133,10 @@ type Config struct {
 	// the store is healthy would be shed (an overloaded error), not
 	// decided by on_store_failure.
 	Timeout time.Duration
-	// Log receives the decider's warnings; nil discards them.
+	// Log receives the decider's warnings; nil discards them. Some come
+	// per check or per quota round while the store fails: give it a
+	// rate-limited logger (internal/ratelog, as a node does), or an
+	// outage floods it.
 	Log *slog.Logger
 }
 

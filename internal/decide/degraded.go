@@ -2,7 +2,6 @@ package decide
 
 import (
 	"slices"
-	"time"
 
 	"github.com/allot-dev/allot/policy"
 )
@@ -15,10 +14,6 @@ type Fallback interface {
 	// Share is the capacity this node enforces of a limit of capacity c.
 	Share(c int64) int64
 }
-
-// warnEvery rate-limits the store-failure warning: during an outage every
-// check fails, and a log line per check would cost more than the check.
-const warnEvery = 10 * time.Second
 
 // degraded decides a check some of whose policies could not reach the
 // store (c.failed; c.cause says why). Each enforced failed policy follows its
@@ -40,32 +35,24 @@ func (c *check) byStoreFailure() (Decision, error) {
 		c.undo()
 		return Decision{}, err
 	}
-	if now := time.Now().UnixNano(); now-d.warned.Load() >= int64(warnEvery) {
-		d.warned.Store(now)
-		d.log.Warn("store failed; deciding by on_store_failure (logged at most every 10s)", "err", c.cause)
+	// A line per check during an outage: Config.Log is rate-limited.
+	d.log.Warn("store failed; deciding by on_store_failure", "err", c.cause)
+	var lbuf [8]*policy.Compiled
+	f := d.onFailure(c.failed, lbuf[:0])
+	if pol := f.closed; pol != nil {
+		c.undo()
+		return Decision{
+			Outcome:  Throttled,
+			PolicyID: pol.ID,
+			Reason:   "policy " + pol.ID + ": " + ErrStoreUnavailable.Error() + " and the policy fails closed",
+		}, nil
 	}
-	for _, pol := range c.failed {
-		if !pol.Shadow && pol.OnStoreFailure == policy.FailClosed {
-			c.undo()
-			return Decision{
-				Outcome:  Throttled,
-				PolicyID: pol.ID,
-				Reason:   "policy " + pol.ID + ": " + ErrStoreUnavailable.Error() + " and the policy fails closed",
-			}, nil
-		}
-	}
-	open := ""
+	open := f.open
 	local := plan{regions: d.regions}
 	var localIDs []string
-	for _, pol := range c.failed {
-		switch {
-		case pol.Shadow: // never denies; nothing to report without a store
-		case pol.OnStoreFailure == policy.FailLocal && d.fallback != nil:
-			local.add(pol.Subject(c.r, c.tier), pol, c.cost)
-			localIDs = append(localIDs, pol.ID)
-		case open == "":
-			open = pol.ID
-		}
+	for _, pol := range f.local {
+		local.add(pol.Subject(c.r, c.tier), pol, c.cost)
+		localIDs = append(localIDs, pol.ID)
 	}
 	if len(local.groups) > 0 {
 		fb, err := d.fallback.Take(c.ctx, local.store())
@@ -97,6 +84,45 @@ func (c *check) byStoreFailure() (Decision, error) {
 		dec.PolicyID = open
 	}
 	return dec, nil
+}
+
+// failure is what on_store_failure makes of a store failure for a set
+// of policies (onFailure).
+type failure struct {
+	// closed is the first enforced policy that fails closed: the answer
+	// is a denial, and local and open are left empty.
+	closed *policy.Compiled
+	// local are the enforced policies this node's fallback decides
+	// (`local`, with a fallback), in their order.
+	local []*policy.Compiled
+	// open names the first enforced policy that fails open (`open`, or
+	// `local` with no fallback); "" if none.
+	open string
+}
+
+// onFailure sorts the enforced policies of failed (shadow ones never
+// deny, and are skipped) by their on_store_failure, in its order of
+// precedence: any `closed` one decides a denial; otherwise `local` ones
+// are decided by the fallback and the rest fail open. The local policies
+// are appended to buf. Checks (degraded) and quota clients (QuotaFailed)
+// both decide by it.
+func (d *Decider) onFailure(failed, buf []*policy.Compiled) failure {
+	f := failure{local: buf}
+	for _, pol := range failed {
+		if !pol.Shadow && pol.OnStoreFailure == policy.FailClosed {
+			return failure{closed: pol}
+		}
+	}
+	for _, pol := range failed {
+		switch {
+		case pol.Shadow: // never denies; nothing to report without a store
+		case pol.OnStoreFailure == policy.FailLocal && d.fallback != nil:
+			f.local = append(f.local, pol)
+		case f.open == "":
+			f.open = pol.ID
+		}
+	}
+	return f
 }
 
 // failedOpenID is the first enforced policy of failed: the one named by a

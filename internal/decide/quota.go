@@ -1,8 +1,6 @@
 package decide
 
 import (
-	"time"
-
 	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/policy"
 )
@@ -110,39 +108,37 @@ func (d *Decider) Quota(r *policy.Request) Grant {
 }
 
 // QuotaFailed is the answer for g's requests while the store fails: the
-// strictest on_store_failure among its enforced policies decides.
+// strictest on_store_failure among its enforced policies decides, by the
+// precedence checks follow (onFailure).
 func (d *Decider) QuotaFailed(g *Grant, cause error) Grant {
-	if now := time.Now().UnixNano(); now-d.warned.Load() >= int64(warnEvery) {
-		d.warned.Store(now)
-		d.log.Warn("store failed; quota decided by on_store_failure (logged at most every 10s)", "err", cause)
-	}
+	// A line per round of every stream during an outage: Config.Log is
+	// rate-limited.
+	d.log.Warn("store failed; quota decided by on_store_failure", "err", cause)
 	why := ErrStoreUnavailable.Error()
+	var lbuf [8]*policy.Compiled
+	f := d.onFailure(g.enforced, lbuf[:0])
+	if pol := f.closed; pol != nil {
+		return Grant{Kind: GrantDenyAll, PolicyID: pol.ID, Degraded: true, Reason: "policy " + pol.ID + ": " + why + " and the policy fails closed"}
+	}
+	// The tightest local share of any limit decides.
 	var local *Grant
-	open := ""
-	for _, pol := range g.enforced {
-		switch {
-		case pol.OnStoreFailure == policy.FailClosed:
-			return Grant{Kind: GrantDenyAll, PolicyID: pol.ID, Degraded: true, Reason: "policy " + pol.ID + ": " + why + " and the policy fails closed"}
-		case pol.OnStoreFailure == policy.FailLocal && d.fallback != nil:
-			for i := range pol.Limits {
-				s := regionalSpec(pol, &pol.Limits[i], d.regions)
-				c := s.Capacity()
-				share := d.fallback.Share(c)
-				l := Grant{Kind: GrantLocal, PolicyID: pol.ID, Degraded: true,
-					LocalBurst: share / g.Cost, LocalRate: s.Rate() * float64(share) / float64(c) / float64(g.Cost),
-					Reason: why + ", decided by this node's local share (limit / N)"}
-				if local == nil || l.LocalRate < local.LocalRate {
-					local = &l
-				}
+	for _, pol := range f.local {
+		for i := range pol.Limits {
+			s := regionalSpec(pol, &pol.Limits[i], d.regions)
+			c := s.Capacity()
+			share := d.fallback.Share(c)
+			l := Grant{Kind: GrantLocal, PolicyID: pol.ID, Degraded: true,
+				LocalBurst: share / g.Cost, LocalRate: s.Rate() * float64(share) / float64(c) / float64(g.Cost),
+				Reason: why + ", decided by this node's local share (limit / N)"}
+			if local == nil || l.LocalRate < local.LocalRate {
+				local = &l
 			}
-		case open == "":
-			open = pol.ID
 		}
 	}
 	if local != nil {
 		return *local
 	}
-	return Grant{Kind: GrantAllowAll, PolicyID: open, Degraded: true, Reason: why + " and the policy fails open"}
+	return Grant{Kind: GrantAllowAll, PolicyID: f.open, Degraded: true, Reason: why + " and the policy fails open"}
 }
 
 // QuotaUsage counts what quota clients admitted and denied of a global

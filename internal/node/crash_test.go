@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/node/nodetest"
 	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/lease"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
@@ -22,7 +23,7 @@ import (
 // what the bucket had left, limit − spent − stranded.
 func TestCrashStrandsLeases(t *testing.T) {
 	srv := redistest.Server(t)
-	path := policyFile(t, `
+	path := nodetest.PolicyFile(t, `
 policies:
   - id: leased-api
     precision: leased

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/node/nodetest"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
 
@@ -24,7 +25,7 @@ import (
 // in the instant it went unready.
 func TestDrainPeriodKeepsServingWhileNotReady(t *testing.T) {
 	start := func(drain time.Duration) (*node.Node, ratelimitv1.RateLimiterServiceClient) {
-		n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", PoliciesPath: policyFile(t, testPolicies), DrainPeriod: drain})
+		n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", PoliciesPath: nodetest.PolicyFile(t, testPolicies), DrainPeriod: drain})
 		require.NoError(t, err)
 		conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		require.NoError(t, err)
@@ -107,7 +108,7 @@ func TestDrainPeriodKeepsServingWhileNotReady(t *testing.T) {
 // closed, without an error (allot-node's second Ctrl-C).
 func TestShutdownCutShortByContext(t *testing.T) {
 	const drain = 30 * time.Second
-	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", PoliciesPath: policyFile(t, testPolicies)})
+	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", PoliciesPath: nodetest.PolicyFile(t, testPolicies)})
 	require.NoError(t, err)
 	readyz := "http://" + n.HTTPAddr() + "/readyz"
 	ctx, cut := context.WithCancel(context.Background())
@@ -142,7 +143,7 @@ func TestLoopbackOnly(t *testing.T) {
 		assert.Equal(t, want, node.IsLoopbackAddr(addr), addr)
 	}
 	start := func(grpcAddr, httpAddr string) *node.Node {
-		n, err := node.Start(context.Background(), node.Config{GRPCAddr: grpcAddr, HTTPAddr: httpAddr, PoliciesPath: policyFile(t, testPolicies)})
+		n, err := node.Start(context.Background(), node.Config{GRPCAddr: grpcAddr, HTTPAddr: httpAddr, PoliciesPath: nodetest.PolicyFile(t, testPolicies)})
 		require.NoError(t, err)
 		t.Cleanup(func() { assert.NoError(t, n.Close(time.Second)) })
 		return n

@@ -19,15 +19,14 @@ import (
 
 	"github.com/allot-dev/allot/internal/decide"
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/node/nodetest"
 	"github.com/allot-dev/allot/internal/server"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
 
 func startLimited(t *testing.T, l node.GRPCLimits) *node.Node {
 	t.Helper()
-	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "", PoliciesPath: policyFile(t, testPolicies), GRPCLimits: l})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })
+	n, _ := nodetest.Start(t, testPolicies, node.Config{GRPCLimits: l})
 	return n
 }
 

@@ -13,12 +13,13 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/node/nodetest"
 )
 
 // Every service served has a health entry (the Envoy RLS was NotFound),
 // and an open Watch stream does not hold Close for the shutdown timeout.
 func TestHealthCoversEveryServiceAndWatchDoesNotHoldShutdown(t *testing.T) {
-	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", PoliciesPath: policyFile(t, testPolicies)})
+	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", PoliciesPath: nodetest.PolicyFile(t, testPolicies)})
 	require.NoError(t, err)
 	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)

@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/allot-dev/allot/internal/node/nodetest"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
 
@@ -52,7 +53,7 @@ func freePort(t *testing.T) string {
 
 func startBinary(t *testing.T) (*exec.Cmd, string) {
 	addr := freePort(t)
-	args := []string{"--grpc-addr", addr, "--http-addr", "", "--store", policyFile(t, testPolicies)}
+	args := []string{"--grpc-addr", addr, "--http-addr", "", "--store", nodetest.PolicyFile(t, testPolicies)}
 	if extra := os.Getenv("ALLOT_NODE_ARGS"); extra != "" {
 		args = append(args, strings.Fields(extra)...) // e.g. "--max-inflight 256"
 	}

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/node/nodetest"
 	"github.com/allot-dev/allot/middleware"
 	"github.com/allot-dev/allot/problem"
 	"github.com/allot-dev/allot/ratelimitheaders/ratelimitheaderstest"
@@ -50,7 +51,7 @@ policies:
 
 func startEdgeNode(t *testing.T, upstream string) *node.Node {
 	t.Helper()
-	path := policyFile(t, edgePolicies)
+	path := nodetest.PolicyFile(t, edgePolicies)
 	n, err := node.Start(context.Background(), node.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", PoliciesPath: path,
 		Upstream: upstream, ProxyAddr: "127.0.0.1:0",
@@ -161,7 +162,7 @@ func TestReverseProxyTrustsForwardedForOnlyFromTrustedPeers(t *testing.T) {
 }
 
 func TestNodeHealthEndpointsAndShutdown(t *testing.T) {
-	path := policyFile(t, edgePolicies)
+	path := nodetest.PolicyFile(t, edgePolicies)
 	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", PoliciesPath: path})
 	require.NoError(t, err)
 	base := "http://" + n.HTTPAddr()

@@ -11,10 +11,9 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/node/nodetest"
 	"github.com/allot-dev/allot/internal/testenv/faultproxy"
 	"github.com/allot-dev/allot/internal/testenv/logbuf"
 	"github.com/allot-dev/allot/internal/testenv/redistest"
@@ -28,16 +27,11 @@ func TestOutageLogLinesAreRateLimited(t *testing.T) {
 	in := redistest.Server(t)
 	p := faultproxy.New(t, in.Addr)
 	var logs logbuf.Buffer
-	n, err := node.Start(context.Background(), node.Config{
-		GRPCAddr: "127.0.0.1:0", Redis: []string{p.Addr}, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-		PoliciesPath: policyFile(t, `
+	n, _ := nodetest.Start(t, `
 policies:
   - {id: api, per: [tenant], precision: leased, on_store_failure: open, limits: [{name: s, algorithm: token_bucket, limit: 1000, period: 1s}]}
   - {id: ex, per: [client], on_store_failure: open, limits: [{name: s, algorithm: token_bucket, limit: 1000, period: 1s}]}
-`),
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })
+`, node.Config{Redis: []string{p.Addr}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	p.Cut()
 	p.BlackHole(true)
 	const checks = 40
@@ -53,20 +47,17 @@ policies:
 	refill := strings.Count(out, "lease refill failed")
 	require.GreaterOrEqual(t, refill, 1, "refills failed: %s", out)
 	assert.LessOrEqual(t, refill, 1, "one line per 10 s, not one per failed refill:\n%s", out)
+	// The decider's line per degraded check goes through the same limit.
+	degraded := strings.Count(out, "store failed; deciding by on_store_failure")
+	require.GreaterOrEqual(t, degraded, 1, "checks were degraded: %s", out)
+	assert.LessOrEqual(t, degraded, 1, "one line per 10 s, not one per degraded check:\n%s", out)
 }
 
 // A client may send thousands of refused RLQS bucket ids: the node logs
 // them through the same rate limit, one line per 10 s.
 func TestRefusedRLQSBucketsAreRateLimited(t *testing.T) {
 	var logs logbuf.Buffer
-	n, err := node.Start(context.Background(), node.Config{
-		GRPCAddr: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(&logs, nil)), PoliciesPath: policyFile(t, rlqsPolicies),
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })
-	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() })
+	_, conn := nodetest.Start(t, rlqsPolicies, node.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	s, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(context.Background())
 	require.NoError(t, err)
 	us := make([]*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, 2000)

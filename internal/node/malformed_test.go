@@ -3,16 +3,15 @@ package node_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/node/nodetest"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
 
@@ -30,12 +29,7 @@ func (rawCodec) Name() string { return "proto" }
 // Bytes that are not protobuf are the caller's fault: INVALID_ARGUMENT,
 // not grpc-go's INTERNAL; a good call on the same connection still works.
 func TestMalformedProtobufIsInvalidArgument(t *testing.T) {
-	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", PoliciesPath: policyFile(t, testPolicies)})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })
-	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	defer conn.Close()
+	_, conn := nodetest.Start(t, testPolicies, node.Config{})
 	ctx := context.Background()
 	for name, b := range map[string][]byte{
 		"truncated length": {0x0a, 0x05, 'a'}, // field 1, 5 bytes announced, 1 sent
@@ -46,6 +40,6 @@ func TestMalformedProtobufIsInvalidArgument(t *testing.T) {
 		err := conn.Invoke(ctx, "/"+ratelimitv1.RateLimiterService_ServiceDesc.ServiceName+"/CheckRateLimit", &b, &out, grpc.ForceCodec(rawCodec{}))
 		assert.Equal(t, codes.InvalidArgument, status.Code(err), "%s: %v", name, err)
 	}
-	_, err = ratelimitv1.NewRateLimiterServiceClient(conn).CheckRateLimit(ctx, &ratelimitv1.RateLimitRequest{TenantId: "t"})
+	_, err := ratelimitv1.NewRateLimiterServiceClient(conn).CheckRateLimit(ctx, &ratelimitv1.RateLimitRequest{TenantId: "t"})
 	require.NoError(t, err)
 }

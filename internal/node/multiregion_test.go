@@ -13,6 +13,7 @@ import (
 
 	"github.com/allot-dev/allot/internal/coord/demand"
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/node/nodetest"
 	"github.com/allot-dev/allot/internal/testenv/natstest"
 	"github.com/allot-dev/allot/internal/testenv/redistest"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
@@ -24,7 +25,7 @@ import (
 func TestMultiRegionNodeSharesAndPublishesDemand(t *testing.T) {
 	srv := redistest.Server(t)
 	natsURL := natstest.Server(t)
-	path := policyFile(t, `
+	path := nodetest.PolicyFile(t, `
 policies:
   - id: global-api
     scope: global

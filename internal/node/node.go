@@ -243,9 +243,10 @@ func (n *Node) openStore(ctx context.Context) (decide.Store, error) {
 }
 
 // perRequestLog is the logger of the parts that log per request or per
-// refill (the decider, the lease manager): one line per message per 10 s,
-// with the count suppressed, so an outage cannot flood the log. One
-// limiter for both, made on first use.
+// refill (the decider, the lease manager, RLQS): one line per message per
+// 10 s, with the count suppressed, so an outage cannot flood the log.
+// Those parts do not limit their lines themselves. One limiter for all,
+// made on first use.
 func (n *Node) perRequestLog() *slog.Logger {
 	if n.reqLog == nil {
 		n.reqLog = ratelog.New(n.log, ratelog.DefaultEvery, nil)

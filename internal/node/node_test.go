@@ -2,22 +2,18 @@ package node_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/node/nodetest"
 	"github.com/allot-dev/allot/internal/testenv/redistest"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
@@ -39,24 +35,12 @@ policies:
       - {name: per_second, algorithm: token_bucket, limit: 50, period: 1s, burst: 100}
 `
 
-// policyFile writes policies to a file of the test's own and returns its
-// path.
-func policyFile(t testing.TB, policies string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "p.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(policies), 0o600))
-	return path
-}
-
+// startNode starts a node enforcing testPolicies on the Redis instances
+// redis (none: standalone) and returns a client of it once its health
+// says SERVING.
 func startNode(t *testing.T, redis []string) ratelimitv1.RateLimiterServiceClient {
 	t.Helper()
-	path := policyFile(t, testPolicies)
-	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", Redis: redis, PoliciesPath: path})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })
-	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() })
+	_, conn := nodetest.Start(t, testPolicies, node.Config{Redis: redis})
 	hc, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: ratelimitv1.RateLimiterService_ServiceDesc.ServiceName})
 	require.NoError(t, err)
 	require.Equal(t, healthpb.HealthCheckResponse_SERVING, hc.Status)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/node/nodetest"
 	"github.com/allot-dev/allot/internal/telemetry"
 )
 
@@ -19,7 +20,7 @@ func TestRejectedPolicySetIsAMetric(t *testing.T) {
 	tel, err := telemetry.New(context.Background(), telemetry.Config{})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, tel.Shutdown(context.Background())) })
-	path := policyFile(t, testPolicies)
+	path := nodetest.PolicyFile(t, testPolicies)
 	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", PoliciesPath: path, Telemetry: tel})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })

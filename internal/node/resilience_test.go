@@ -15,6 +15,7 @@ import (
 
 	"github.com/allot-dev/allot/internal/decide"
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/node/nodetest"
 	"github.com/allot-dev/allot/internal/testenv/faultproxy"
 	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/policy"
@@ -44,7 +45,7 @@ func startResilient(t *testing.T) *resilientNode {
 	redistest.Require(t)
 	in := redistest.Server(t)
 	p := faultproxy.New(t, in.Addr)
-	path := policyFile(t, resiliencePolicies)
+	path := nodetest.PolicyFile(t, resiliencePolicies)
 	n, err := node.Start(context.Background(), node.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Redis: []string{p.Addr}, PoliciesPath: path,
 		Resilience: node.Resilience{
@@ -218,7 +219,7 @@ func TestNodeRecoversAfterRedisRestart(t *testing.T) {
 func TestRedisTimeoutIsTheDecisionBudget(t *testing.T) {
 	redistest.Require(t)
 	addr := redistest.Server(t).Addr
-	path := policyFile(t, resiliencePolicies)
+	path := nodetest.PolicyFile(t, resiliencePolicies)
 	start := func(r node.Resilience) (*node.Node, error) {
 		return node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", Redis: []string{addr}, PoliciesPath: path, Resilience: r})
 	}

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/node/nodetest"
 	"github.com/allot-dev/allot/internal/testenv/faultproxy"
 	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/internal/testenv/rlqsfilter"
@@ -44,17 +45,8 @@ policies:
 // connections to it (one per RLQS client, as separate Envoys would be).
 func rlqsNode(t testing.TB, redis, policies string) (*node.Node, func() *grpc.ClientConn) {
 	t.Helper()
-	n, err := node.Start(context.Background(), node.Config{
-		GRPCAddr: "127.0.0.1:0", Redis: []string{redis}, PoliciesPath: policyFile(t, policies),
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })
-	return n, func() *grpc.ClientConn {
-		conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		require.NoError(t, err)
-		t.Cleanup(func() { conn.Close() })
-		return conn
-	}
+	n, _ := nodetest.Start(t, policies, node.Config{Redis: []string{redis}})
+	return n, func() *grpc.ClientConn { return nodetest.Dial(t, n) }
 }
 
 // envoySettings are the bucket settings of deploy/envoy/rlqs.yaml's
@@ -383,15 +375,10 @@ func TestRLQSFollowsOnStoreFailure(t *testing.T) {
 	redistest.Require(t)
 	in := redistest.Server(t)
 	p := faultproxy.New(t, in.Addr)
-	n, err := node.Start(context.Background(), node.Config{
-		GRPCAddr: "127.0.0.1:0", Redis: []string{p.Addr}, PoliciesPath: policyFile(t, rlqsFaultPolicies),
+	_, conn := nodetest.Start(t, rlqsFaultPolicies, node.Config{
+		Redis:      []string{p.Addr},
 		Resilience: node.Resilience{RedisTimeout: region.DefaultTimeout, Breaker: region.BreakerOptions{MaxOpen: 300 * time.Millisecond}, GossipFloor: 4},
 	})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })
-	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() })
 	// Reports every second (Envoy's are 5 s apart: this only shortens
 	// the test).
 	f, err := rlqsfilter.Start(context.Background(), conn, rlqsfilter.Config{Domain: "test", Settings: envoySettings(), ReportInterval: time.Second})
@@ -463,7 +450,7 @@ func TestRLQSFollowsOnStoreFailure(t *testing.T) {
 func TestRLQSStreamsEndWhenTheNodeDrains(t *testing.T) {
 	t.Parallel()
 	redistest.Require(t)
-	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", Redis: []string{redistest.Server(t).Addr}, PoliciesPath: policyFile(t, rlqsPolicies)})
+	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", Redis: []string{redistest.Server(t).Addr}, PoliciesPath: nodetest.PolicyFile(t, rlqsPolicies)})
 	require.NoError(t, err)
 	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
@@ -504,12 +491,7 @@ func TestRLQSStreamsEndWhenTheNodeDrains(t *testing.T) {
 
 // The node lists RLQS by reflection and reports it SERVING by health.
 func TestRLQSIsListedAndServing(t *testing.T) {
-	n, err := node.Start(context.Background(), node.Config{GRPCAddr: "127.0.0.1:0", PoliciesPath: policyFile(t, rlqsPolicies)})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })
-	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() })
+	_, conn := nodetest.Start(t, rlqsPolicies, node.Config{})
 	ctx := context.Background()
 	s, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
 	require.NoError(t, err)

@@ -1,7 +1,6 @@
 package node_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -12,8 +11,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -25,7 +22,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/node/nodetest"
 	"github.com/allot-dev/allot/internal/telemetry"
+	"github.com/allot-dev/allot/internal/testenv/promtext"
 	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/lease"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
@@ -54,7 +53,7 @@ func startTelemetryNode(t *testing.T, tcfg telemetry.Config, cfg node.Config) (*
 	t.Helper()
 	tel, err := telemetry.New(context.Background(), tcfg)
 	require.NoError(t, err)
-	path := policyFile(t, telemetryPolicies)
+	path := nodetest.PolicyFile(t, telemetryPolicies)
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.PoliciesPath, cfg.Telemetry = "127.0.0.1:0", "127.0.0.1:0", path, tel
 	n, err := node.Start(context.Background(), cfg)
 	require.NoError(t, err)
@@ -95,30 +94,17 @@ func httpCheck(t *testing.T, c *http.Client, addr, body string) int {
 	return resp.StatusCode
 }
 
-// scrape GETs /metrics and parses it with the Prometheus text parser.
+// scrape GETs /metrics from addr over c and parses it (promtext).
 func scrape(t *testing.T, c *http.Client, addr string) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := c.Get("http://" + addr + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
-	require.NoError(t, err, "%s", body)
-	return fams
+	return promtext.Scrape(t, c, "http://"+addr+"/metrics")
 }
 
-// sample returns the value of the first of fams[name]'s series that has
-// labels (others may have more), and whether one exists.
+// sample returns the value (promtext.Value) of the first of fams[name]'s
+// series that has labels (others may have more), and whether one exists.
 func sample(fams map[string]*dto.MetricFamily, name string, labels map[string]string) (float64, bool) {
-	f := fams[name]
-	if f == nil {
-		return 0, false
-	}
 next:
-	for _, m := range f.GetMetric() {
+	for _, m := range fams[name].GetMetric() {
 		have := map[string]string{}
 		for _, l := range m.GetLabel() {
 			have[l.GetName()] = l.GetValue()
@@ -128,13 +114,8 @@ next:
 				continue next
 			}
 		}
-		switch {
-		case m.Counter != nil:
-			return m.GetCounter().GetValue(), true
-		case m.Gauge != nil:
-			return m.GetGauge().GetValue(), true
-		case m.Histogram != nil:
-			return float64(m.GetHistogram().GetSampleCount()), true
+		if v, ok := promtext.Value(m); ok {
+			return v, true
 		}
 	}
 	return 0, false

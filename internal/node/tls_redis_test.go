@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/node/nodetest"
 	"github.com/allot-dev/allot/internal/server"
 	"github.com/allot-dev/allot/internal/testenv/redistest"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
@@ -52,7 +53,7 @@ func TestRedisTLSAndACLUser(t *testing.T) {
 	require.NoError(t, st.Close())
 
 	// A node with the full transport counts in that Redis.
-	path := policyFile(t, testPolicies)
+	path := nodetest.PolicyFile(t, testPolicies)
 	n, err := node.Start(ctx, node.Config{GRPCAddr: "127.0.0.1:0", Redis: []string{srv.Addr}, PoliciesPath: path, Transport: full})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, n.Close(5*time.Second)) })

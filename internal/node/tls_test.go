@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/node/nodetest"
 	"github.com/allot-dev/allot/internal/testenv/certtest"
 	"github.com/allot-dev/allot/internal/tlsconfig"
 	"github.com/allot-dev/allot/middleware"
@@ -68,7 +69,7 @@ func startTLSNode(t *testing.T, f *tlsFixture, mtls bool) *node.Node {
 	require.NoError(t, err)
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("upstream")) }))
 	t.Cleanup(upstream.Close)
-	path := policyFile(t, testPolicies)
+	path := nodetest.PolicyFile(t, testPolicies)
 	n, err := node.Start(context.Background(), node.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", StoreURL: "file:" + path,
 		Upstream: upstream.URL, ProxyAddr: "127.0.0.1:0", CheckTimeout: 30 * time.Second,

@@ -3,14 +3,11 @@ package telemetry_test
 import (
 	"context"
 	"errors"
-	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -18,19 +15,17 @@ import (
 	"github.com/allot-dev/allot/internal/coord/observe"
 	"github.com/allot-dev/allot/internal/decide"
 	"github.com/allot-dev/allot/internal/telemetry"
+	"github.com/allot-dev/allot/internal/testenv/promtext"
 	"github.com/allot-dev/allot/rebalance"
 	"github.com/allot-dev/allot/region"
 )
 
+// scrape serves tel's /metrics handler and scrapes it (promtext).
 func scrape(t *testing.T, tel *telemetry.Telemetry) map[string]*dto.MetricFamily {
 	t.Helper()
-	rec := httptest.NewRecorder()
-	tel.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	require.Equal(t, http.StatusOK, rec.Code)
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(rec.Body)
-	require.NoError(t, err)
-	return fams
+	srv := httptest.NewServer(tel.Handler())
+	defer srv.Close()
+	return promtext.Scrape(t, srv.Client(), srv.URL+"/metrics")
 }
 
 func newTel(t *testing.T, cfg telemetry.Config) *telemetry.Telemetry {

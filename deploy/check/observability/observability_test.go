@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -30,6 +29,7 @@ import (
 
 	"github.com/allot-dev/allot/deploy/check/internal/tool"
 	"github.com/allot-dev/allot/internal/testenv/natstest"
+	"github.com/allot-dev/allot/internal/testenv/promtext"
 	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/internal/testenv/rlqsfilter"
 )
@@ -318,15 +318,8 @@ func check(t *testing.T, addr, body string) {
 // scrape returns the metric families /metrics on addr exposes, by name.
 func scrape(t *testing.T, addr string) map[string]model.MetricType {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	require.NoError(t, err)
 	out := map[string]model.MetricType{}
-	for name, f := range fams {
+	for name, f := range promtext.Scrape(t, nil, "http://"+addr+"/metrics") {
 		switch f.GetType().String() {
 		case "HISTOGRAM":
 			out[name] = model.MetricTypeHistogram

@@ -11,8 +11,6 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -20,12 +18,11 @@ import (
 
 	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/internal/node"
+	"github.com/allot-dev/allot/internal/node/nodetest"
 	"github.com/allot-dev/allot/internal/tools/loadgen"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
 
-// startNode starts a standalone node (in-process counters, wall clock)
-// with the given policy file body; "" means no policies (all allowed).
 // startNoop starts allot-load's no-op server on a free port, closed when
 // the test ends.
 func startNoop(t *testing.T) *loadgen.NoopServer {
@@ -42,27 +39,15 @@ func startNoop(t *testing.T) *loadgen.NoopServer {
 	return s
 }
 
+// startNode starts a standalone node (in-process counters, wall clock)
+// with the given policy file body; "" means no policies (all allowed).
 func startNode(t *testing.T, policies string, withHTTP bool) *node.Node {
 	t.Helper()
-	cfg := node.Config{GRPCAddr: "127.0.0.1:0"}
-	if policies != "" {
-		cfg.PoliciesPath = filepath.Join(t.TempDir(), "policies.yaml")
-		if err := os.WriteFile(cfg.PoliciesPath, []byte(policies), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	var cfg node.Config
 	if withHTTP {
 		cfg.HTTPAddr = "127.0.0.1:0"
 	}
-	n, err := node.Start(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := n.Close(5 * time.Second); err != nil {
-			t.Error(err)
-		}
-	})
+	n, _ := nodetest.Start(t, policies, cfg)
 	return n
 }
 

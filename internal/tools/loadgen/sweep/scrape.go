@@ -1,111 +1,35 @@
 package sweep
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/allot-dev/allot/internal/testenv/promtext"
 )
 
-// Sample is one line of a Prometheus text exposition: a metric name, its
-// label set as written between the braces (without them), and the value.
-type Sample struct {
-	Name   string
-	Labels string
-	Value  float64
-}
-
-// ParseMetrics reads a Prometheus text exposition (version 0.0.4): one
-// sample per line, "#" lines and blank lines skipped, an optional
-// timestamp after the value ignored. A line it cannot read is an error
-// naming the line.
-func ParseMetrics(r io.Reader) ([]Sample, error) {
-	var out []Sample
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		s, err := parseSample(line)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %d %.80q: %w", n, line, err)
-		}
-		out = append(out, s)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read metrics: %w", err)
-	}
-	return out, nil
-}
-
-func parseSample(line string) (Sample, error) {
-	var s Sample
-	rest := line
-	if i := strings.IndexAny(line, "{ \t"); i < 0 {
-		return s, fmt.Errorf("no value")
-	} else {
-		s.Name, rest = line[:i], line[i:]
-	}
-	if s.Name == "" {
-		return s, fmt.Errorf("no metric name")
-	}
-	if rest[0] == '{' {
-		end, err := labelsEnd(rest)
-		if err != nil {
-			return s, err
-		}
-		s.Labels, rest = rest[1:end], rest[end+1:]
-	}
-	f := strings.Fields(rest)
-	if len(f) == 0 || len(f) > 2 {
-		return s, fmt.Errorf("want a value and an optional timestamp after the name")
-	}
-	v, err := strconv.ParseFloat(f[0], 64)
-	if err != nil {
-		return s, fmt.Errorf("value: %w", err)
-	}
-	s.Value = v
-	return s, nil
-}
-
-// labelsEnd is the index of the brace closing the label set that s opens,
-// skipping braces inside quoted label values.
-func labelsEnd(s string) (int, error) {
-	quoted := false
-	for i := 1; i < len(s); i++ {
-		switch c := s[i]; {
-		case quoted && c == '\\':
-			i++ // an escaped quote or backslash
-		case c == '"':
-			quoted = !quoted
-		case !quoted && c == '}':
-			return i, nil
-		}
-	}
-	return 0, fmt.Errorf("label set not closed")
-}
-
-// Sum adds the values of every sample named name; found is false when
-// there is none.
-func Sum(samples []Sample, name string) (sum float64, found bool) {
-	for _, s := range samples {
-		if s.Name == name {
-			sum += s.Value
+// Sum adds the values of every series of the family name (promtext.Value:
+// a counter's, gauge's or untyped metric's, a histogram's count); found is
+// false when fams has no such series.
+func Sum(fams map[string]*dto.MetricFamily, name string) (sum float64, found bool) {
+	for _, m := range fams[name].GetMetric() {
+		if v, ok := promtext.Value(m); ok {
+			sum += v
 			found = true
 		}
 	}
 	return sum, found
 }
 
-// ByLabels maps each label set of the samples named name to its value.
-func ByLabels(samples []Sample, name string) map[string]float64 {
+// ByLabels maps each label set of the family name's series
+// (promtext.Labels) to its value.
+func ByLabels(fams map[string]*dto.MetricFamily, name string) map[string]float64 {
 	out := map[string]float64{}
-	for _, s := range samples {
-		if s.Name == name {
-			out[s.Labels] = s.Value
+	for _, m := range fams[name].GetMetric() {
+		if v, ok := promtext.Value(m); ok {
+			out[promtext.Labels(m)] = v
 		}
 	}
 	return out
@@ -201,11 +125,11 @@ type breakerWatch struct {
 	openings int
 }
 
-func (b *breakerWatch) observe(samples []Sample) {
+// observe takes one scrape's allot_breaker_state by label set (ByLabels).
+func (b *breakerWatch) observe(states map[string]float64) {
 	if b.open == nil {
 		b.open = map[string]bool{}
 	}
-	states := ByLabels(samples, "allot_breaker_state")
 	for shard, v := range states {
 		isOpen := v == breakerOpen
 		if isOpen && !b.open[shard] {

@@ -3,6 +3,8 @@ package sweep
 import (
 	"strings"
 	"testing"
+
+	"github.com/allot-dev/allot/internal/testenv/promtext"
 )
 
 // An excerpt of a node's /metrics (OpenTelemetry's Prometheus exporter).
@@ -18,43 +20,52 @@ allot_decisions_total{outcome="allowed",policy="we{ird} \"quoted\""} 1.5e+06
 target_info{service_name="allot-node"} 1
 `
 
-func TestParseMetrics(t *testing.T) {
-	s, err := ParseMetrics(strings.NewReader(exposition))
+// The sweep reads what expfmt parses of a node's exposition: counters
+// summed over their series, gauges by label set, whatever the label
+// values hold.
+func TestSumAndByLabels(t *testing.T) {
+	fams, err := promtext.Parse(strings.NewReader(exposition))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(s) != 6 {
-		t.Fatalf("%d samples, want 6: %+v", len(s), s)
+	series := 0
+	for _, f := range fams {
+		series += len(f.GetMetric())
 	}
-	if v, ok := Sum(s, "allot_breaker_openings_total"); !ok || v != 4 {
+	if series != 6 {
+		t.Fatalf("%d series, want 6: %v", series, fams)
+	}
+	if v, ok := Sum(fams, "allot_breaker_openings_total"); !ok || v != 4 {
 		t.Errorf("openings %v %v, want 4", v, ok)
 	}
-	if _, ok := Sum(s, "allot_lease_refills_total"); ok {
+	if _, ok := Sum(fams, "allot_lease_refills_total"); ok {
 		t.Error("found a metric that is not there")
 	}
-	if v, _ := Sum(s, "allot_decisions_total"); v != 1.5e6 {
+	if v, _ := Sum(fams, "allot_decisions_total"); v != 1.5e6 {
 		t.Errorf("decisions %v: a brace inside a quoted label value ended the label set", v)
 	}
-	states := ByLabels(s, "allot_breaker_state")
+	states := ByLabels(fams, "allot_breaker_state")
 	if len(states) != 2 || states[`otel_scope_name="allot",shard="127.0.0.1:7000"`] != 2 {
 		t.Errorf("states %v", states)
 	}
+	if got := ByLabels(fams, "allot_decisions_total"); got[`outcome="allowed",policy="we{ird} \"quoted\""`] != 1.5e6 {
+		t.Errorf("decisions by labels %v", got)
+	}
 	for _, bad := range []string{"allot_x", "allot_x{a=\"b\" 1", "allot_x{} one", "{a=\"b\"} 1", "allot_x 1 2 3"} {
-		if _, err := ParseMetrics(strings.NewReader(bad + "\n")); err == nil {
+		if _, err := promtext.Parse(strings.NewReader(bad + "\n")); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
 	}
 }
 
 func TestBreakerWatchCountsOpenings(t *testing.T) {
-	gauge := func(states ...string) []Sample {
-		var out []Sample
+	gauge := func(states ...string) map[string]float64 {
+		out := map[string]float64{}
 		for i, st := range states {
 			if st == "" {
 				continue // this shard's series is absent
 			}
-			v := map[string]float64{"closed": 0, "half": 1, "open": 2}[st]
-			out = append(out, Sample{Name: "allot_breaker_state", Labels: `shard="s` + string(rune('0'+i)) + `"`, Value: v})
+			out[`shard="s`+string(rune('0'+i))+`"`] = map[string]float64{"closed": 0, "half": 1, "open": 2}[st]
 		}
 		return out
 	}

@@ -35,9 +35,11 @@ import (
 	"sync"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/allot-dev/allot/algorithm"
+	"github.com/allot-dev/allot/internal/testenv/promtext"
 	"github.com/allot-dev/allot/internal/testenv/redisproc"
 	"github.com/allot-dev/allot/internal/tools/loadgen"
 )
@@ -589,20 +591,20 @@ func (w *watch) sample(ctx context.Context) error {
 }
 
 func (w *watch) scrape(ctx context.Context) error {
-	samples, err := w.r.metrics(ctx, w.n)
+	fams, err := w.r.metrics(ctx, w.n)
 	if err != nil {
 		return err
 	}
-	if v, ok := Sum(samples, "allot_breaker_openings_total"); ok {
+	if v, ok := Sum(fams, "allot_breaker_openings_total"); ok {
 		if !w.started {
 			w.counter, w.countStart = true, v
 		}
 		w.countEnd = v
 	}
-	if _, ok := Sum(samples, "allot_breaker_state"); ok {
+	if _, ok := Sum(fams, "allot_breaker_state"); ok {
 		w.gauge = true
 	}
-	w.breakers.observe(samples)
+	w.breakers.observe(ByLabels(fams, "allot_breaker_state"))
 	return nil
 }
 
@@ -648,19 +650,6 @@ func (r *runner) redisPauses(ctx context.Context) ([]string, error) {
 }
 
 // metrics scrapes the node's /metrics.
-func (r *runner) metrics(ctx context.Context, n *node) ([]Sample, error) {
-	url := "http://" + n.httpAddr + "/metrics"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := r.hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scrape node metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return ParseMetrics(io.LimitReader(resp.Body, 16<<20))
+func (r *runner) metrics(ctx context.Context, n *node) (map[string]*dto.MetricFamily, error) {
+	return promtext.Get(ctx, r.hc, "http://"+n.httpAddr+"/metrics")
 }
