@@ -47,15 +47,15 @@ func (m *Manager) Abort() (stranded int64) {
 // waiting requests and drains every live lease into return items. first
 // is false (and items nil) if the manager was already shut down.
 func (m *Manager) shutdown() (items []ReturnItem, first bool) {
-	m.once.Do(func() {
+	m.life.once.Do(func() {
 		first = true
-		m.closed.Store(true)
-		close(m.stop)
+		m.life.closed.Store(true)
+		close(m.life.stop)
 	})
 	if !first {
 		return nil, false
 	}
-	m.wg.Wait()
+	m.life.wg.Wait()
 	now := m.clock.Now()
 	for i := range m.stripes {
 		sh := &m.stripes[i]
@@ -75,8 +75,8 @@ func (m *Manager) shutdown() (items []ReturnItem, first bool) {
 		}
 		sh.mu.Unlock()
 	}
-	if m.owned != nil {
-		m.owned.Stop()
+	if m.life.owned != nil {
+		m.life.owned.Stop()
 	}
 	return items, true
 }

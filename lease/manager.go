@@ -153,7 +153,6 @@ type Options struct {
 type Manager struct {
 	src      Source
 	clock    Clock
-	owned    *CoarseClock
 	defaults Config
 	opts     Options
 	log      *slog.Logger
@@ -163,12 +162,20 @@ type Manager struct {
 	// Options.ColdExact).
 	coldKeys *coldFilter
 	stripes  [nStripes]stripe
-	ready    chan int
-	stop     chan struct{}
-	wg       sync.WaitGroup
-	closed   atomic.Bool
-	once     sync.Once
+	life     lifecycle
 	stats    counters
+}
+
+// lifecycle is what starts and stops a Manager: the workers' queue of
+// stripes to flush, the stop signal and the goroutines it ends, and the
+// clock the manager made for itself (stopped at Close).
+type lifecycle struct {
+	ready  chan int
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	closed atomic.Bool
+	once   sync.Once
+	owned  *CoarseClock
 }
 
 type counters struct {
@@ -221,15 +228,14 @@ func New(opts Options) (*Manager, error) {
 		opts:     opts,
 		log:      opts.Logger,
 		seed:     maphash.MakeSeed(),
-		ready:    make(chan int, nStripes),
-		stop:     make(chan struct{}),
+		life:     lifecycle{ready: make(chan int, nStripes), stop: make(chan struct{})},
 	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
 	if m.clock == nil {
-		m.owned = NewCoarseClock(DefaultTick)
-		m.clock = m.owned
+		m.life.owned = NewCoarseClock(DefaultTick)
+		m.clock = m.life.owned
 	}
 	if opts.ColdExact {
 		m.coldKeys = new(coldFilter)
@@ -239,11 +245,11 @@ func New(opts Options) (*Manager, error) {
 		m.stripes[i].idx = i
 	}
 	for i := 0; i < opts.Workers && opts.Executor == nil; i++ {
-		m.wg.Add(1)
+		m.life.wg.Add(1)
 		go m.worker()
 	}
 	if opts.SweepEvery > 0 {
-		m.wg.Add(1)
+		m.life.wg.Add(1)
 		go m.sweeper(opts.SweepEvery)
 	}
 	return m, nil

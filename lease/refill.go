@@ -53,7 +53,7 @@ func (m *Manager) scheduleLocked(sh *stripe, e *entry, need, want int64) *round 
 // bring want; see size) and waits for the round serving it. dead reports
 // that e was evicted meanwhile.
 func (m *Manager) await(ctx context.Context, sh *stripe, e *entry, need, want int64) (dead bool, err error) {
-	if m.closed.Load() {
+	if m.life.closed.Load() {
 		return false, ErrClosed
 	}
 	r := m.schedule(sh, e, need, want)
@@ -84,22 +84,22 @@ func (m *Manager) await(ctx context.Context, sh *stripe, e *entry, need, want in
 func (m *Manager) dispatch(sh *stripe) {
 	if ex := m.opts.Executor; ex != nil {
 		ex(func() {
-			if !m.closed.Load() {
+			if !m.life.closed.Load() {
 				m.flush(sh)
 			}
 		})
 		return
 	}
-	m.ready <- sh.idx
+	m.life.ready <- sh.idx
 }
 
 func (m *Manager) worker() {
-	defer m.wg.Done()
+	defer m.life.wg.Done()
 	for {
 		select {
-		case <-m.stop:
+		case <-m.life.stop:
 			return
-		case i := <-m.ready:
+		case i := <-m.life.ready:
 			m.flush(&m.stripes[i])
 		}
 	}

@@ -8,12 +8,12 @@ import (
 // drains.
 
 func (m *Manager) sweeper(every time.Duration) {
-	defer m.wg.Done()
+	defer m.life.wg.Done()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
-		case <-m.stop:
+		case <-m.life.stop:
 			return
 		case <-t.C:
 			m.Sweep()

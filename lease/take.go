@@ -108,7 +108,7 @@ func (m *Manager) takeSlow(ctx context.Context, lim *Limit, subject []byte, cost
 	*r = Result{}
 	for attempt := 0; ; attempt++ {
 		if e == nil {
-			if m.closed.Load() {
+			if m.life.closed.Load() {
 				return ErrClosed
 			}
 			sh.mu.Lock()
@@ -133,7 +133,7 @@ func (m *Manager) takeSlow(ctx context.Context, lim *Limit, subject []byte, cost
 			m.allowed(sh, e, hd, lim, now, cost, rest, t, r)
 			return nil
 		}
-		if m.closed.Load() {
+		if m.life.closed.Load() {
 			return ErrClosed
 		}
 		var deny int64
