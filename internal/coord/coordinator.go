@@ -5,9 +5,12 @@
 // script reads it.
 //
 // The protocol is Machine (machine.go): a pure state machine that takes
-// time and messages as inputs and returns what to do (Ready). Coordinator
-// is its thin driver: real timers, and I/O behind small interfaces so
-// tests can cut any link: Transport (region to region: NATS, or an
+// time and messages as inputs and returns what to do (Ready), composed of
+// an inbox of the other regions' reports and acks (inbox.go), a planner
+// (planner.go, mid.go), a ledger of the shares it owns (ledger.go), a
+// report builder (report.go) and global quotas' counts (quota.go).
+// Coordinator is its thin driver (Turn, taken on real timers by Run), with
+// I/O behind small interfaces so tests can cut any link: Transport (region to region: NATS, or an
 // in-memory Hub), DemandSource (nodes to coordinator: NATS, or a
 // lease.Manager's DrainDemand directly), ShareWriter (coordinator to
 // Redis) and Locker (active/standby election).
