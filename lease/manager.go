@@ -166,11 +166,15 @@ type Manager struct {
 	stats    counters
 }
 
-// lifecycle is what starts and stops a Manager: the workers' queue of
-// stripes to flush, the stop signal and the goroutines it ends, and the
-// clock the manager made for itself (stopped at Close).
+// lifecycle is what starts and stops a Manager: who runs refill rounds
+// (the workers, fed through ready, or Options.Executor), the stop signal
+// and the goroutines it ends, and the clock the manager made for itself
+// (stopped at Close).
 type lifecycle struct {
-	ready  chan int
+	// exec runs a stripe's flush: Options.Executor, or a hand-off to the
+	// workers through ready.
+	exec   func(run func())
+	ready  chan func()
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	closed atomic.Bool
@@ -228,7 +232,7 @@ func New(opts Options) (*Manager, error) {
 		opts:     opts,
 		log:      opts.Logger,
 		seed:     maphash.MakeSeed(),
-		life:     lifecycle{ready: make(chan int, nStripes), stop: make(chan struct{})},
+		life:     lifecycle{exec: opts.Executor, ready: make(chan func(), nStripes), stop: make(chan struct{})},
 	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
@@ -241,8 +245,16 @@ func New(opts Options) (*Manager, error) {
 		m.coldKeys = new(coldFilter)
 	}
 	for i := range m.stripes {
-		m.stripes[i].table.Store(newTable(8))
-		m.stripes[i].idx = i
+		sh := &m.stripes[i]
+		sh.table.Store(newTable(8))
+		sh.run = func() {
+			if !m.life.closed.Load() {
+				m.flush(sh)
+			}
+		}
+	}
+	if m.life.exec == nil {
+		m.life.exec = func(run func()) { m.life.ready <- run }
 	}
 	for i := 0; i < opts.Workers && opts.Executor == nil; i++ {
 		m.life.wg.Add(1)

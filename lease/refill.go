@@ -79,19 +79,9 @@ func (m *Manager) await(ctx context.Context, sh *stripe, e *entry, need, want in
 	}
 }
 
-// dispatch hands sh's next flush to a worker, or to Options.Executor.
-// The caller holds sh.mu.
-func (m *Manager) dispatch(sh *stripe) {
-	if ex := m.opts.Executor; ex != nil {
-		ex(func() {
-			if !m.life.closed.Load() {
-				m.flush(sh)
-			}
-		})
-		return
-	}
-	m.life.ready <- sh.idx
-}
+// dispatch hands sh's next flush to whoever runs refill rounds (the
+// workers, or Options.Executor). The caller holds sh.mu.
+func (m *Manager) dispatch(sh *stripe) { m.life.exec(sh.run) }
 
 func (m *Manager) worker() {
 	defer m.life.wg.Done()
@@ -99,8 +89,8 @@ func (m *Manager) worker() {
 		select {
 		case <-m.life.stop:
 			return
-		case i := <-m.life.ready:
-			m.flush(&m.stripes[i])
+		case run := <-m.life.ready:
+			run()
 		}
 	}
 }

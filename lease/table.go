@@ -70,7 +70,6 @@ func (t *table) put(e *entry) {
 type stripe struct {
 	table atomic.Pointer[table]
 
-	idx       int
 	mu        sync.Mutex
 	n         int      // entries in table
 	pending   []refill // entries waiting for the next refill call
@@ -78,6 +77,7 @@ type stripe struct {
 	flushing  *round   // the round in a refill call now, if any
 	scheduled bool     // in Manager.ready or being flushed
 	spare     []refill // reused pending buffer
+	run       func()   // flushes the stripe: what Options.Executor or a worker runs
 	_         [40]byte // keep hot stripes off each other's cache lines
 }
 
