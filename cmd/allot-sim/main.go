@@ -42,6 +42,10 @@ func run(args []string) error {
 	fs.DurationVar(&c.FlashAt, "flash-at", c.FlashAt, "flash crowd: when it starts")
 	fs.DurationVar(&c.FlashFor, "flash-for", c.FlashFor, "flash crowd: how long it lasts (0: none)")
 	fs.Float64Var(&c.FlashX, "flash-x", 10, "flash crowd: the factor on the region's rate")
+	away := fs.String("away", "", "take each node out of its region's rotation in turn, as a load balancer draining it: for/every[@from[-to]],\n"+
+		"e.g. 450ms/2s@30s: from 30s each node gets none of the region's requests for 450ms every 2s, the nodes' turns spread over\n"+
+		"the 2s; its requests go to the next node in rotation (with one node per region they are held back). Traffic that comes\n"+
+		"back to a node between one and two lease TTLs later finds the grant it held expired (past_ttl_admissions counts any spent)")
 	fs.Int64Var(&c.Limit, "limit", c.Limit, "every key's global limit, tokens/s")
 	fs.Int64Var(&c.Burst, "burst", c.Burst, "every key's global burst (0: limit)")
 	fs.DurationVar(&c.TTL, "ttl", c.TTL, "lease TTL")
@@ -85,6 +89,9 @@ func run(args []string) error {
 		return err
 	}
 	if c.ShiftTo, err = sim.ParseWeights(*shiftTo); err != nil {
+		return err
+	}
+	if c.Away, err = sim.ParseAway(*away); err != nil {
 		return err
 	}
 	if c.Crashes, err = sim.ParseCrashes(*crash); err != nil {

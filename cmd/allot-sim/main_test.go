@@ -41,7 +41,8 @@ func TestLastLineIsJSON(t *testing.T) {
 	args := []string{"--duration", "20s", "--keys", "100", "--nodes", "3", "--shift-at", "10s", "--shift-to", "0.9,0.05,0.05",
 		"--crash", "0/1@5s", "--partition", "2@3s-8s,0>1@9s-11s,1<>2@12s-13s,*>0@14s-15s", "--failover", "1@12s:100ms", "--png", png,
 		"--jitter", "node=1ms,coord=2ms,region=30ms", "--loss", "drop=0.05,dup=0.05,reorder=0.1,hold=50ms", "--skew", "redis=200ms,node=50ms,coord=1s",
-		"--redis-outage", "0@11s-13s", "--on-store-failure", "local", "--restart", "1/2@6s-9s", "--join", "2@7s", "--coord-overlap", "1@10s-14s"}
+		"--redis-outage", "0@11s-13s", "--on-store-failure", "local", "--restart", "1/2@6s-9s", "--join", "2@7s", "--coord-overlap", "1@10s-14s",
+		"--away", "300ms/1s@10s-18s"}
 	out := capture(t, args...)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	var m map[string]any
@@ -49,7 +50,7 @@ func TestLastLineIsJSON(t *testing.T) {
 		t.Fatalf("last line %q: %v", lines[len(lines)-1], err)
 	}
 	for _, k := range []string{"admitted_over_ideal", "max_overshoot_over_bound", "converged_after_s", "underserved_region_seconds",
-		"outside_open", "outside_local", "max_overshoot_with_outside", "restarts", "messages_dropped"} {
+		"outside_open", "outside_local", "max_overshoot_with_outside", "restarts", "messages_dropped", "past_ttl_admissions"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("JSON has no %s", k)
 		}
@@ -81,6 +82,9 @@ func TestBadFlagsFail(t *testing.T) {
 		{"--restart", "0/1@6s-5s"},
 		{"--join", "5@5s"},
 		{"--coord-overlap", "0@5s"},
+		{"--away", "300ms"},
+		{"--away", "2s/1s"},
+		{"--away", "300ms/1s@5s-4s"},
 	} {
 		if err := run(args); err == nil {
 			t.Errorf("%v: no error", args)

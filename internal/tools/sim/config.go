@@ -49,6 +49,9 @@ type Config struct {
 	FlashAt, FlashFor time.Duration
 	FlashX            float64
 
+	// Away takes each node out of its region's rotation in turn (load.go).
+	Away Away
+
 	// Limit and Burst are every key's global token bucket: Limit tokens
 	// per second, Burst (0: Limit) capacity.
 	Limit int64
@@ -221,6 +224,9 @@ func (c *Config) Validate() error {
 	for _, o := range c.Overlaps {
 		check(region(o.Region) && o.From <= o.To, "coordinator overlap %+v: bad region or times", o)
 	}
+	a := c.Away
+	check(a.For == 0 || a.For > 0 && a.Every >= a.For && a.From >= 0 && (a.To == 0 || a.To >= a.From),
+		"away %+v: want for > 0, every >= for, from >= 0, to 0 or >= from", a)
 	for _, f := range c.Failovers {
 		check(f.Region >= 0 && f.Region < c.Regions && f.Loss >= 0, "failover %+v: bad region or loss", f)
 	}

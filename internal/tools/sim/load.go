@@ -1,8 +1,11 @@
 package sim
 
 import (
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/allot-dev/allot/internal/tools/loadgen"
@@ -112,4 +115,64 @@ func (c *Config) lastChange() time.Duration {
 		t = max(t, c.FlashAt+c.FlashFor)
 	}
 	return t
+}
+
+// Away takes each node out of its region's rotation in turn, as a load
+// balancer draining it for a moment (a failed health check, a deploy)
+// does: during [From, To) (To 0: the end of the run) node i of a region
+// gets none of the region's requests for For, once every Every, its
+// turns Every·i/Nodes apart; its requests go to the next node of the
+// region (in the order they joined) that is alive and not away, and with
+// none (one node per region) the region's clients hold them back (they
+// are not offered). A node that is away keeps what it leased: when its
+// traffic comes back between TTL and 2·TTL later, a grant it still holds
+// is past its TTL (TestMutantsAreCaught's leases spent for twice their
+// TTL).
+type Away struct {
+	For, Every time.Duration
+	From, To   time.Duration
+}
+
+// away reports whether node i of its region is out of rotation at t.
+func (a *Away) away(i, nodes int, t time.Duration) bool {
+	if a.For <= 0 || t < a.From || a.To > 0 && t >= a.To {
+		return false
+	}
+	turn := a.Every * time.Duration(i%nodes) / time.Duration(nodes)
+	since := t - a.From - turn
+	return since >= 0 && since%a.Every < a.For
+}
+
+// ParseAway reads "for/every[@from-to]", e.g. "450ms/3s" or
+// "450ms/3s@30s-60s"; "" is none.
+func ParseAway(s string) (Away, error) {
+	var a Away
+	if s == "" {
+		return a, nil
+	}
+	bad := fmt.Errorf("away %q: want for/every[@from[-to]], e.g. 450ms/3s@30s-60s", s)
+	spec, when, timed := strings.Cut(s, "@")
+	f, e, ok := strings.Cut(spec, "/")
+	if !ok {
+		return a, bad
+	}
+	var err error
+	if a.For, err = time.ParseDuration(f); err != nil {
+		return a, errors.Join(bad, err)
+	}
+	if a.Every, err = time.ParseDuration(e); err != nil {
+		return a, errors.Join(bad, err)
+	}
+	if timed {
+		from, to, ranged := strings.Cut(when, "-")
+		if a.From, err = time.ParseDuration(from); err != nil {
+			return a, errors.Join(bad, err)
+		}
+		if ranged {
+			if a.To, err = time.ParseDuration(to); err != nil {
+				return a, errors.Join(bad, err)
+			}
+		}
+	}
+	return a, nil
 }

@@ -33,6 +33,10 @@ type metrics struct {
 	rate     float64
 	burst    float64
 
+	// pastTTL counts leased admissions that no grant of the node's last
+	// TTL covers (node.spent).
+	pastTTL int64
+
 	leaseCalls int64
 	exactCalls int64
 	maxShares  float64 // largest sum of shares in force of one key, / Unit

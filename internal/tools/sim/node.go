@@ -36,6 +36,36 @@ type node struct {
 	// key's refill: per key, each one's attempts so far.
 	waiters  map[int][]uint8
 	inflight []*call
+	// grants are the node's grants per key index, oldest first, each
+	// with what of it no leased admission has yet been counted against:
+	// the check of the bound's assumption 1 (grantAge).
+	grants map[int][]grant
+}
+
+// grant is tokens a lease call brought a node, spendable until exp (ns:
+// the call's sending plus Config.TTL and the bound's δ).
+type grant struct {
+	exp, n int64
+}
+
+// spent counts one leased admission of key k on the node against its
+// grants, oldest first, as the manager spends them (a token outlives
+// neither its own grant's TTL nor, merged, an older one's): one that
+// finds no grant of the last TTL breaks the overshoot bound's assumption
+// 1 (ARCHITECTURE.md: every leased admission spends a token of a grant
+// asked for at most TTL earlier), which no window of the bound may show.
+func (nd *node) spent(k int) {
+	gs := nd.grants[k]
+	now := nd.s.now
+	for len(gs) > 0 && (gs[0].exp < now || gs[0].n == 0) {
+		gs = gs[1:]
+	}
+	if len(gs) == 0 {
+		nd.s.met.pastTTL++
+	} else {
+		gs[0].n--
+	}
+	nd.grants[k] = gs
 }
 
 // call is one refill round (Manager.flush) running on a coroutine: it
@@ -158,6 +188,9 @@ func (nd *node) take(k int, attempts uint8) {
 	case err == nil && r.Exact:
 		nd.exact(k)
 	case err == nil:
+		if r.Allowed {
+			nd.spent(k)
+		}
 		s.met.decided(nd.reg.idx, k, s.now, verdictOf(r.Allowed))
 	case errors.Is(err, context.DeadlineExceeded) && attempts+1 < maxAttempts:
 		// No tokens on hand: the refill is queued; wait for it.
@@ -241,6 +274,7 @@ func (src source) Lease(_ context.Context, groups []lease.Group) ([]lease.Reply,
 	s.met.leaseCalls++
 	there, back := s.redisLegs(s.cfg.Jitter.Node)
 	st := nd.reg.store
+	exp := s.now + int64(s.cfg.TTL+boundDelta)
 	s.q.push(s.now+there, func() {
 		var replies []lease.Reply
 		var err error
@@ -259,6 +293,14 @@ func (src source) Lease(_ context.Context, groups []lease.Group) ([]lease.Reply,
 				return
 			}
 			c.replies, c.err = replies, err
+			for gi, rep := range replies {
+				for i, it := range rep.Items {
+					if it.Granted > 0 {
+						k := keyIndex(groups[gi][i].Key)
+						nd.grants[k] = append(nd.grants[k], grant{exp: exp, n: it.Granted})
+					}
+				}
+			}
 			s.resume(c)
 		})
 	})

@@ -26,6 +26,11 @@ type Result struct {
 	// admissions exceed L.rate·T the most.
 	MaxOvershootOverBound float64 `json:"max_overshoot_over_bound"`
 	WorstWindow           string  `json:"worst_window"`
+	// PastTTLAdmissions counts leased admissions that no grant its node
+	// asked for within the last TTL covers: the bound's assumption 1
+	// broken (0 in a correct fleet). Checked per node and key, oldest
+	// grant first.
+	PastTTLAdmissions int64 `json:"past_ttl_admissions"`
 	// KeysChecked is the keys the bound was checked on (all of them),
 	// KeysAdmitted those that admitted at least one request.
 	KeysChecked  int `json:"keys_checked"`
@@ -114,6 +119,7 @@ func (s *Sim) result() *Result {
 	}
 	res.MaxOvershootOverBound, res.WorstWindow = round(m.bound.worst, 6), m.bound.where
 	res.KeysChecked, res.KeysAdmitted = len(m.bound.x), m.bound.admitted
+	res.PastTTLAdmissions = m.pastTTL
 	res.OutsideOpen, res.OutsideLocal, res.StoreFailureDecisions = m.outsideOpen, m.outsideLocal, m.storeFailed
 	res.OutsideAdmissions = m.outsideOpen + m.outsideLocal
 	res.MaxOvershootWithOutside = res.MaxOvershootOverBound

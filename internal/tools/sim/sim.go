@@ -213,6 +213,7 @@ func (nd *node) start() error {
 		return fmt.Errorf("sim: node: %w", err)
 	}
 	nd.m = m
+	nd.grants = map[int][]grant{} // a new process holds none
 	if nd.lim, err = m.NewLimit(keyFn, s.nodeSpec, lease.Config{}, true); err != nil {
 		return fmt.Errorf("sim: limit: %w", err)
 	}
@@ -247,18 +248,41 @@ func (s *Sim) arrive() {
 		n := poisson(s.rng, s.rates[r]*dt)
 		for range n {
 			k := s.dist.pick(s.rng)
-			s.met.arrived(r, k, s.now)
 			if len(reg.alive) == 0 {
+				s.met.arrived(r, k, s.now)
 				s.met.decided(r, k, s.now, refused)
 				continue
 			}
-			nd := reg.alive[0]
+			i := 0
 			if !s.cfg.HotNode && len(reg.alive) > 1 {
-				nd = reg.alive[s.rng.IntN(len(reg.alive))]
+				i = s.rng.IntN(len(reg.alive))
 			}
+			nd := s.inRotation(reg, i)
+			if nd == nil {
+				continue // every node away: the clients hold the request back
+			}
+			s.met.arrived(r, k, s.now)
 			nd.take(k, 0)
 		}
 	}
+}
+
+// inRotation is the node that serves a request drawn for reg.alive[i]:
+// that one, or while it is away (Config.Away) the next alive one that is
+// not; nil if every one is away.
+func (s *Sim) inRotation(reg *region, i int) *node {
+	a := &s.cfg.Away
+	if a.For <= 0 {
+		return reg.alive[i]
+	}
+	t := time.Duration(s.now)
+	for j := range reg.alive {
+		nd := reg.alive[(i+j)%len(reg.alive)]
+		if !a.away(nd.idx, s.cfg.Nodes, t) {
+			return nd
+		}
+	}
+	return nil
 }
 
 // publish sends the node's demand since its last publish to its
