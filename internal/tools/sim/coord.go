@@ -146,7 +146,11 @@ func (c *coordinator) readShares(keys []string) {
 			def := rebalance.Default(len(s.regions))
 			in = coord.SharesRead{Shares: map[string]rebalance.Share{}}
 			for _, key := range keys {
-				in.Shares[key] = c.reg.store.shareOf(s.now/1000, keyIndex(key), s.global, def)
+				sh, ok := c.reg.store.shareOf(s.now/1000, keyIndex(key), s.global)
+				if !ok {
+					sh = def
+				}
+				in.Shares[key] = sh
 			}
 		}
 		s.q.push(s.now+back, func() { c.step(in) })
