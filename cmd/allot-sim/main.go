@@ -64,7 +64,8 @@ func run(args []string) error {
 		"one link one way (1>2: only 1's messages to 2), or one way of all a region's links (1>*: what leaves 1; *>1: what reaches 1);\n"+
 		"e.g. 1@60s-120s,0>2@30s-40s")
 	fail := fs.String("failover", "", "Redis failovers losing writes, region@time:loss,... e.g. 0@90s:500ms")
-	cfail := fs.String("coord-failover", "", "coordinator crashes, region@time:takeover-delay,... e.g. 0@60s:10s")
+	cfail := fs.String("coord-failover", "", "coordinator crashes; a new one starts takeover-delay later and takes the lock once the crashed one's expired,\n"+
+		"region@time:takeover-delay,... e.g. 0@60s:10s")
 	jitter := fs.String("jitter", "", "per-message latency jitter, uniform in [0, d), by link: node (node<->Redis, node demand to its coordinator),\n"+
 		"coord (coordinator<->Redis), region (between regions); one d for all, or e.g. node=1ms,coord=2ms,region=30ms")
 	loss := fs.String("loss", "", "message faults on the NATS transports (between regions, node demand to its coordinator): drop=p,dup=p,reorder=p,hold=d\n"+
@@ -77,8 +78,8 @@ func run(args []string) error {
 		"open and local admissions are outside the bound and reported apart (outside_open, outside_local, max_overshoot_with_outside)")
 	restart := fs.String("restart", "", "nodes that crash and come back as new processes, region/node@down-up,... e.g. 0/3@40s-55s")
 	join := fs.String("join", "", "nodes that join a region later (one per item), region@time,... e.g. 2@45s,2@50s")
-	overlap := fs.String("coord-overlap", "", "a second coordinator active in a region while the old one still acts, until the old one stops,\n"+
-		"region@from-to,... e.g. 0@35s-50s")
+	overlap := fs.String("coord-overlap", "", "the region's coordinator loses its lock at from without noticing until to; a new one takes the lock,\n"+
+		"and both act meanwhile, region@from-to,... e.g. 0@35s-50s")
 	png := fs.String("png", "", "write a plot of the hottest key's admitted vs ideal to this file")
 	prof := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := fs.Parse(args); err != nil {

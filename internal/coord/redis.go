@@ -51,16 +51,22 @@ type RedisWriter struct {
 // EVAL.
 func (w RedisWriter) WriteShares(ctx context.Context, us []ShareUpdate) error {
 	err := runPipelined(ctx, w.Client, lua.Share, len(us), func(i int) (string, []any) {
-		u := us[i]
-		return u.Key, []any{
-			ftoa(u.Share.Of(u.Global.Rate)), ftoa(u.Share.Of(u.Global.Burst)),
-			ftoa(u.Old.Rate), ftoa(u.Old.Burst), u.TTL.Milliseconds(),
-		}
+		return us[i].Key, ShareArgs(us[i])
 	})
 	if err != nil {
 		return fmt.Errorf("coord: write shares: %w", err)
 	}
 	return nil
+}
+
+// ShareArgs is share.lua's ARGV for u, as WriteShares sends it (and the
+// simulator, internal/tools/sim, runs it): the new rate and burst, the
+// rate and burst in force without a share, the TTL in ms.
+func ShareArgs(u ShareUpdate) []any {
+	return []any{
+		ftoa(u.Share.Of(u.Global.Rate)), ftoa(u.Share.Of(u.Global.Burst)),
+		ftoa(u.Old.Rate), ftoa(u.Old.Burst), u.TTL.Milliseconds(),
+	}
 }
 
 // runPipelined runs script once for each of n calls (call(i) gives its key
@@ -131,13 +137,25 @@ func (w RedisWriter) ReadShares(ctx context.Context, keys []string, limits Limit
 			continue // no share: the default
 		}
 		l, ok := limits.Global(keys[i])
-		if !ok || l.Rate <= 0 {
+		if !ok {
 			continue
 		}
-		s := math.Ceil(v / l.Rate * float64(rebalance.Unit))
-		out[keys[i]] = rebalance.Share(min(s, float64(rebalance.Unit)))
+		if s, ok := ShareOfRate(v, l); ok {
+			out[keys[i]] = s
+		}
 	}
 	return out, nil
+}
+
+// ShareOfRate is the share a bucket's stored rate v is of global limit l,
+// rounded up (a new active coordinator never under-estimates what its
+// region holds), as ReadShares reads it; false when l has no rate.
+func ShareOfRate(v float64, l Limit) (rebalance.Share, bool) {
+	if l.Rate <= 0 {
+		return 0, false
+	}
+	s := math.Ceil(v / l.Rate * float64(rebalance.Unit))
+	return rebalance.Share(min(s, float64(rebalance.Unit))), true
 }
 
 func ftoa(v float64) string { return strconv.FormatFloat(v, 'g', 17, 64) }
@@ -155,7 +173,7 @@ type RedisLock struct {
 // Hold acquires or renews the lock and reports whether this process holds
 // it now.
 func (l *RedisLock) Hold(ctx context.Context) (bool, error) {
-	n, err := lua.LockHold.Run(ctx, l.Client, []string{l.Key}, l.ID, l.TTL.Milliseconds()).Int()
+	n, err := lua.LockHold.Run(ctx, l.Client, []string{l.Key}, LockHoldArgs(l.ID, l.TTL)...).Int()
 	if err != nil {
 		return false, fmt.Errorf("coord: lock %s: %w", l.Key, err)
 	}
@@ -165,11 +183,19 @@ func (l *RedisLock) Hold(ctx context.Context) (bool, error) {
 // Release gives the lock up if this process holds it, so a standby takes
 // over at once instead of after the TTL.
 func (l *RedisLock) Release(ctx context.Context) error {
-	if err := lua.LockRelease.Run(ctx, l.Client, []string{l.Key}, l.ID).Err(); err != nil {
+	if err := lua.LockRelease.Run(ctx, l.Client, []string{l.Key}, LockReleaseArgs(l.ID)...).Err(); err != nil {
 		return fmt.Errorf("coord: release %s: %w", l.Key, err)
 	}
 	return nil
 }
+
+// LockHoldArgs is lock_hold.lua's ARGV, as Hold sends it (and the
+// simulator runs it): the holder's id and the TTL in ms.
+func LockHoldArgs(id string, ttl time.Duration) []any { return []any{id, ttl.Milliseconds()} }
+
+// LockReleaseArgs is lock_release.lua's ARGV, as Release sends it: the
+// holder's id.
+func LockReleaseArgs(id string) []any { return []any{id} }
 
 // ReadCounts implements QuotaStore: one pipelined HMGET per key.
 func (w RedisWriter) ReadCounts(ctx context.Context, keys []string) (map[string]QuotaCount, error) {

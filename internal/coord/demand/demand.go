@@ -63,11 +63,9 @@ func Subscribe(nc *nats.Conn, subject string, fn nats.MsgHandler) (*nats.Subscri
 // Collector sums the demand snapshots the region's nodes publish on
 // allot.demand.<region>; the coordinator drains it every epoch.
 type Collector struct {
+	Sum
 	log *slog.Logger
 	sub *nats.Subscription
-
-	mu  sync.Mutex
-	sum map[string][2]int64
 }
 
 // Collect starts collecting region's demand from nc. Close ends it.
@@ -75,7 +73,7 @@ func Collect(nc *nats.Conn, region string, log *slog.Logger) (*Collector, error)
 	if log == nil {
 		log = slog.Default()
 	}
-	c := &Collector{log: log, sum: map[string][2]int64{}}
+	c := &Collector{log: log}
 	sub, err := Subscribe(nc, Prefix+region, c.receive)
 	if err != nil {
 		return nil, fmt.Errorf("demand: %w", err)
@@ -85,26 +83,47 @@ func Collect(nc *nats.Conn, region string, log *slog.Logger) (*Collector, error)
 }
 
 func (c *Collector) receive(msg *nats.Msg) {
-	var m coordv1.Demand
-	if err := proto.Unmarshal(msg.Data, &m); err != nil {
+	if err := c.Add(msg.Data); err != nil {
 		c.log.Warn("demand: dropping undecodable snapshot", "err", err)
-		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+}
+
+// Sum is the coordinator side of the wire without NATS: the sum of the
+// snapshots added since the last Drain (a Collector adds what its
+// subscription receives; the simulator, internal/tools/sim, what its
+// nodes' snapshots bring). The zero Sum is empty and ready; it is safe
+// for concurrent use, and a coordinator's DemandSource.
+type Sum struct {
+	mu  sync.Mutex
+	sum map[string][2]int64
+}
+
+// Add decodes one snapshot as a node publishes it (Snapshots) and adds
+// its entries (negative counts as 0).
+func (s *Sum) Add(data []byte) error {
+	var m coordv1.Demand
+	if err := proto.Unmarshal(data, &m); err != nil {
+		return fmt.Errorf("demand: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sum == nil {
+		s.sum = map[string][2]int64{}
+	}
 	Decode(&m, func(key string, admitted, denied int64) {
-		v := c.sum[key]
-		c.sum[key] = [2]int64{v[0] + max(0, admitted), v[1] + max(0, denied)}
+		v := s.sum[key]
+		s.sum[key] = [2]int64{v[0] + max(0, admitted), v[1] + max(0, denied)}
 	})
+	return nil
 }
 
 // Drain calls fn with every key's admitted and denied tokens since the
 // previous Drain.
-func (c *Collector) Drain(fn func(key string, admitted, denied int64)) {
-	c.mu.Lock()
-	sum := c.sum
-	c.sum = make(map[string][2]int64, len(sum))
-	c.mu.Unlock()
+func (s *Sum) Drain(fn func(key string, admitted, denied int64)) {
+	s.mu.Lock()
+	sum := s.sum
+	s.sum = make(map[string][2]int64, len(sum))
+	s.mu.Unlock()
 	for k, v := range sum {
 		fn(k, v[0], v[1])
 	}
@@ -162,23 +181,37 @@ func (p *Publisher) Run(ctx context.Context) error {
 
 // PublishOnce drains and publishes one snapshot.
 func (p *Publisher) PublishOnce() error {
-	var all []Entry
-	p.Drain(func(key string, admitted, denied int64) {
-		if admitted > 0 || denied > 0 {
-			all = append(all, Entry{key, admitted, denied})
-		}
-	})
 	subject := Prefix + p.Region
-	for _, msg := range Encode(p.Node, all, int(p.NC.MaxPayload())) {
-		b, err := proto.Marshal(msg)
-		if err != nil {
-			return fmt.Errorf("demand: marshal: %w", err)
-		}
+	snaps, err := Snapshots(p.Node, p.Drain, int(p.NC.MaxPayload()))
+	for _, b := range snaps {
 		if err := p.NC.Publish(subject, b); err != nil {
 			return fmt.Errorf("demand: publish %s: %w", subject, err)
 		}
 	}
-	return nil
+	return err
+}
+
+// Snapshots drains drain once and returns node's snapshot of it as
+// published, each message under maxBytes (Encode, marshalled); keys
+// with no demand are left out, and no demand makes no message. The
+// simulator (internal/tools/sim) sends its nodes' demand with it.
+func Snapshots(node string, drain DrainFunc, maxBytes int) ([][]byte, error) {
+	var all []Entry
+	drain(func(key string, admitted, denied int64) {
+		if admitted > 0 || denied > 0 {
+			all = append(all, Entry{key, admitted, denied})
+		}
+	})
+	msgs := Encode(node, all, maxBytes)
+	out := make([][]byte, 0, len(msgs))
+	for _, msg := range msgs {
+		b, err := proto.Marshal(msg)
+		if err != nil {
+			return out, fmt.Errorf("demand: marshal: %w", err)
+		}
+		out = append(out, b)
+	}
+	return out, nil
 }
 
 // Entry is one key's demand in a snapshot.

@@ -37,3 +37,30 @@ func TestEncodeChunksAndDecodes(t *testing.T) {
 	require.Equal(t, want, got)
 	require.Nil(t, Encode("n", nil, maxBytes), "no demand, no snapshot")
 }
+
+// What a node publishes (Snapshots of its drains) is what the
+// coordinator's Sum drains: keys without demand left out, a key drained
+// twice (the leases' and the exact path's) summed, negative counts as 0.
+func TestSnapshotsSum(t *testing.T) {
+	drain := func(fn func(key string, admitted, denied int64)) {
+		fn("rl:{a}:g:l", 3, 1)
+		fn("rl:{b}:g:l", 0, 0)
+		fn("rl:{c}:g:l", -2, 5)
+		fn("rl:{a}:g:l", 4, 0)
+	}
+	snaps, err := Snapshots("n1", drain, 1<<20)
+	require.NoError(t, err)
+	require.Len(t, snaps, 1)
+	var s Sum
+	for range 2 { // delivered twice: counted twice, as a duplicated message is
+		require.NoError(t, s.Add(snaps[0]))
+	}
+	require.Error(t, s.Add([]byte{0xff}), "not a snapshot")
+	got := map[string][2]int64{}
+	s.Drain(func(key string, a, d int64) { got[key] = [2]int64{a, d} })
+	require.Equal(t, map[string][2]int64{"rl:{a}:g:l": {14, 2}, "rl:{c}:g:l": {0, 10}}, got)
+	s.Drain(func(key string, _, _ int64) { t.Errorf("%s drained twice", key) })
+	none, err := Snapshots("n1", func(func(string, int64, int64)) {}, 1<<20)
+	require.NoError(t, err)
+	require.Empty(t, none)
+}

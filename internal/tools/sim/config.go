@@ -1,12 +1,13 @@
 // Package sim is a deterministic discrete-event simulation of a whole
 // Allot fleet on virtual time (issue 35): regions of nodes, each node a
 // real lease.Manager deciding every request, each region a real
-// coord.Machine sharing the global limits through rebalance. Only the I/O
-// is modelled: a region's Redis (the scripts' bucket maths, store.go),
-// NATS between regions and from nodes to their coordinator, and their
-// latencies. One event queue on virtual time decides what runs next; no
-// goroutine scheduling or wall clock does, so the same Config gives the
-// same Result, byte for byte.
+// coord.Coordinator (the production driver and its coord.Machine)
+// sharing the global limits through rebalance. Only the I/O is
+// modelled: a region's Redis (the project's scripts, store.go and
+// redis.go), NATS between regions and from nodes to their coordinator,
+// and their latencies (coord.go). One event queue on virtual time
+// decides what runs next; no goroutine scheduling or wall clock does, so
+// the same Config gives the same Result, byte for byte.
 package sim
 
 import (
@@ -144,8 +145,10 @@ type Failover struct {
 	Loss   time.Duration
 }
 
-// CoordFailover crashes Region's active coordinator at At; a standby
-// becomes active After later (its lock's TTL running out).
+// CoordFailover crashes Region's coordinators at At (the lock is not
+// released, as by a killed process); a new one starts After later and
+// becomes active once the crashed one's lock has expired (at most the
+// lock's TTL, 5 s, after the crash).
 type CoordFailover struct {
 	Region int
 	At     time.Duration

@@ -64,10 +64,14 @@ type Join struct {
 	At     time.Duration
 }
 
-// Overlap starts a second coordinator in Region at From, active at once
-// (it believes it took the lock), while the old one goes on believing it
-// holds it until To, when it stops: for [From, To) both drain demand,
-// report, and write shares.
+// Overlap makes Region's coordinators lose the lock at From without
+// noticing until To (a holder stalled past the lock's TTL, a clock
+// jump): the lock's key is gone, and their renewals answer that they
+// hold it whatever the key holds (unless Redis is down: then they fail,
+// as every call). A new coordinator starts at From and
+// takes the free lock at its first Hold; until To both act: drain
+// demand, report, hear the others, write shares. At To the old ones'
+// next Hold finds the new one holding the lock and they stand by.
 type Overlap struct {
 	Region   int
 	From, To time.Duration

@@ -27,10 +27,15 @@ func (s *Sim) redisLegs(j time.Duration) (there, back int64) {
 	return there + s.jitter(j), back + s.jitter(j)
 }
 
-// transmit delivers a message, running deliver after base plus jitter
-// j, as a lossy transport would: not at all, twice, or held back so that
-// later messages overtake it. Each copy has its own delay.
+// transmit delivers a message sent now, running deliver after base plus
+// jitter j, as a lossy transport would: not at all, twice, or held back
+// so that later messages overtake it. Each copy has its own delay.
 func (s *Sim) transmit(base, j time.Duration, deliver func()) {
+	s.transmitAt(s.now, base, j, deliver)
+}
+
+// transmitAt is transmit of a message that leaves at sent (>= now).
+func (s *Sim) transmitAt(sent int64, base, j time.Duration, deliver func()) {
 	l := &s.cfg.Loss
 	if l.Drop > 0 && s.frng.Float64() < l.Drop {
 		s.met.dropped++
@@ -47,14 +52,17 @@ func (s *Sim) transmit(base, j time.Duration, deliver func()) {
 			d += s.frng.Int64N(int64(l.Hold))
 			s.met.heldBack++
 		}
-		s.q.push(s.now+d, deliver)
+		s.q.push(sent+d, deliver)
 	}
 }
 
 // cut reports whether a partition stops a message from region a to
 // region b now.
-func (s *Sim) cut(a, b int) bool {
-	t := time.Duration(s.now)
+func (s *Sim) cut(a, b int) bool { return s.cutAt(a, b, s.now) }
+
+// cutAt is cut at virtual time at.
+func (s *Sim) cutAt(a, b int, at int64) bool {
+	t := time.Duration(at)
 	for i := range s.cfg.Partitions {
 		p := &s.cfg.Partitions[i]
 		if t >= p.From && t < p.To && p.cuts(a, b) {

@@ -29,9 +29,9 @@ type node struct {
 	// fb decides on_store_failure: local while the region's Redis is down
 	// (nil for the other modes).
 	fb *fallback.Store
-	// exactDemand is the tokens of the exact path's checks since the last
-	// publish, per key index.
-	exactDemand map[int]float64
+	// exactDemand is the tokens the exact path's checks admitted and
+	// denied since the last publish, per key index.
+	exactDemand map[int][2]int64
 	// waiters are the requests that found no tokens and wait for their
 	// key's refill: per key, each one's attempts so far.
 	waiters  map[int][]uint8
@@ -229,7 +229,13 @@ func (nd *node) exact(k int) {
 				s.met.decided(nd.reg.idx, k, s.now, refused)
 				return
 			}
-			nd.exactDemand[k]++
+			d := nd.exactDemand[k]
+			if ok {
+				d[0]++
+			} else {
+				d[1]++
+			}
+			nd.exactDemand[k] = d
 			s.met.decided(nd.reg.idx, k, s.now, verdictOf(ok))
 		})
 	})

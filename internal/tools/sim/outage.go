@@ -20,8 +20,11 @@ import (
 var errStoreDown = errors.New("sim: the region's Redis is down")
 
 // down reports whether reg's Redis is unreachable now.
-func (s *Sim) down(reg *region) bool {
-	t := time.Duration(s.now)
+func (s *Sim) down(reg *region) bool { return s.downAt(reg, s.now) }
+
+// downAt is down at virtual time at.
+func (s *Sim) downAt(reg *region, at int64) bool {
+	t := time.Duration(at)
 	for _, o := range s.cfg.Outages {
 		if o.Region == reg.idx && t >= o.From && t < o.To {
 			return true

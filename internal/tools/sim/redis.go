@@ -29,22 +29,27 @@ const (
 	scriptReturn
 	scriptShare
 	scriptCheckTB
+	scriptLockHold
+	scriptLockRelease
 	nScripts
 )
 
 // Sources are the texts of the scripts the simulator runs, by name:
-// "lease", "return", "share" and "check_tb", each as package lua sends it
-// to Redis (common.lua prepended where lua/lua.go prepends it).
+// "lease", "return", "share", "check_tb", "lock_hold" and "lock_release",
+// each as package lua sends it to Redis (common.lua prepended where
+// lua/lua.go and lua/coord.go prepend it).
 func Sources() map[string]string {
 	return map[string]string{
-		"lease":    lua.Source(lua.Lease),
-		"return":   lua.Source(lua.Return),
-		"share":    lua.Source(lua.Share),
-		"check_tb": lua.Source(lua.CheckTB),
+		"lease":        lua.Source(lua.Lease),
+		"return":       lua.Source(lua.Return),
+		"share":        lua.Source(lua.Share),
+		"check_tb":     lua.Source(lua.CheckTB),
+		"lock_hold":    lua.Source(lua.LockHold),
+		"lock_release": lua.Source(lua.LockRelease),
 	}
 }
 
-var scriptNames = [nScripts]string{"lease", "return", "share", "check_tb"}
+var scriptNames = [nScripts]string{"lease", "return", "share", "check_tb", "lock_hold", "lock_release"}
 
 // Fields of a bucket hash, the only ones the scripts write: a fixed
 // layout instead of a map per hash, as a run holds 10^7 of them.
@@ -78,11 +83,22 @@ type hash struct {
 	exp uint32 // expiry in ms since the emulator's epoch, plus 1; 0: none
 }
 
+// strVal is a string key: the coordinators' lock (SET by lock_hold.lua),
+// the only strings the scripts keep, beside the buckets' hashes.
+type strVal struct {
+	s   string
+	has bool   // the key exists
+	exp uint32 // as hash.exp
+}
+
 // keyspace is what the emulated commands work on: one region's keys.
 type keyspace interface {
 	// slot returns key's hash, for reading and writing; write says the
 	// caller is about to change it (a journal may keep the old value).
 	slot(key string, write bool) *hash
+	// str returns key's string slot if key is not a bucket (nil if it
+	// is: a bucket is a hash, in slot).
+	str(key string) *strVal
 }
 
 // num is a command argument's value when the script passed a number
@@ -331,7 +347,11 @@ func fromReply(L *glua.LState, r any) glua.LValue {
 	return glua.LFalse
 }
 
-var errArgs = replyError("ERR wrong number of arguments")
+var (
+	errArgs      = replyError("ERR wrong number of arguments")
+	errSyntax    = replyError("ERR syntax error")
+	errWrongType = replyError("WRONGTYPE Operation against a key holding the wrong kind of value")
+)
 
 // command runs one Redis command on the keyspace. Only what the scripts
 // call is modelled; anything else panics, as the simulator would
@@ -339,7 +359,7 @@ var errArgs = replyError("ERR wrong number of arguments")
 func (e *redisEm) command(args []string, nums []num) any {
 	name := args[0]
 	switch name {
-	case "TIME", "HGET", "HMGET", "HSET", "PEXPIRE", "PTTL", "DEL":
+	case "TIME", "HGET", "HMGET", "HSET", "PEXPIRE", "PTTL", "DEL", "GET", "SET":
 	default:
 		name = strings.ToUpper(name)
 	}
@@ -406,6 +426,17 @@ func (e *redisEm) command(args []string, nums []num) any {
 		if err != nil {
 			return replyError("ERR value is not an integer or out of range")
 		}
+		if v := e.ks.str(args[1]); v != nil {
+			if !e.liveStr(v) {
+				return int64(0)
+			}
+			if ms <= 0 {
+				*v = strVal{}
+				return int64(1)
+			}
+			v.exp = e.expiry(ms)
+			return int64(1)
+		}
 		if e.live(args[1], false) == nil {
 			return int64(0)
 		}
@@ -414,33 +445,105 @@ func (e *redisEm) command(args []string, nums []num) any {
 			*h = hash{} // a TTL in the past deletes the key
 			return int64(1)
 		}
-		at := e.nowMs + ms - e.baseMs + 1
-		if at >= math.MaxUint32 {
-			panic("sim: the emulated Redis keeps TTLs up to 49 days, not " + args[2] + " ms")
-		}
-		h.exp = uint32(at)
+		h.exp = e.expiry(ms)
 		return int64(1)
 	case "PTTL":
 		if len(args) != 2 {
 			return errArgs
 		}
-		h := e.live(args[1], false)
-		switch {
-		case h == nil:
-			return int64(-2)
-		case h.exp == 0:
+		exp := uint32(0)
+		if v := e.ks.str(args[1]); v != nil {
+			if !e.liveStr(v) {
+				return int64(-2)
+			}
+			exp = v.exp
+		} else {
+			h := e.live(args[1], false)
+			if h == nil {
+				return int64(-2)
+			}
+			exp = h.exp
+		}
+		if exp == 0 {
 			return int64(-1)
 		}
-		return max(e.baseMs+int64(h.exp)-1-e.nowMs, 0)
+		return max(e.baseMs+int64(exp)-1-e.nowMs, 0)
 	case "DEL":
 		var n int64
 		for _, k := range args[1:] {
-			if e.live(k, false) != nil {
+			if v := e.ks.str(k); v != nil {
+				if e.liveStr(v) {
+					*v = strVal{}
+					n++
+				}
+			} else if e.live(k, false) != nil {
 				*e.live(k, true) = hash{}
 				n++
 			}
 		}
 		return n
+	case "GET":
+		if len(args) != 2 {
+			return errArgs
+		}
+		if v := e.ks.str(args[1]); v != nil {
+			if !e.liveStr(v) {
+				return nil
+			}
+			return v.s
+		}
+		if e.live(args[1], false) != nil {
+			return errWrongType
+		}
+		return nil
+	case "SET":
+		// SET key value [NX|XX] [PX ms|EX s]: what lock_hold.lua sends.
+		if len(args) < 3 {
+			return errArgs
+		}
+		v := e.ks.str(args[1])
+		if v == nil {
+			panic("sim: the emulated Redis keeps no string in a bucket's key " + args[1])
+		}
+		var nx, xx bool
+		var ms int64
+		for i := 3; i < len(args); i++ {
+			switch strings.ToUpper(args[i]) {
+			case "NX":
+				nx = true
+			case "XX":
+				xx = true
+			case "PX", "EX":
+				if i+1 == len(args) {
+					return errSyntax
+				}
+				n, err := strconv.ParseInt(args[i+1], 10, 64)
+				if err != nil {
+					return replyError("ERR value is not an integer or out of range")
+				}
+				if n <= 0 {
+					return replyError("ERR invalid expire time in 'set' command")
+				}
+				if strings.EqualFold(args[i], "EX") {
+					n *= 1000
+				}
+				ms = n
+				i++
+			default:
+				return errSyntax
+			}
+		}
+		if nx && xx {
+			return errSyntax
+		}
+		if live := e.liveStr(v); nx && live || xx && !live {
+			return nil
+		}
+		*v = strVal{s: args[2], has: true}
+		if ms > 0 {
+			v.exp = e.expiry(ms)
+		}
+		return replyStatus("OK")
 	}
 	panic("sim: the emulated Redis has no command " + args[0])
 }
@@ -460,6 +563,24 @@ func (e *redisEm) live(key string, write bool) *hash {
 		return nil
 	}
 	return h
+}
+
+// liveStr reports whether string key v exists (deleting it if it has
+// expired, as live does).
+func (e *redisEm) liveStr(v *strVal) bool {
+	if v.has && v.exp != 0 && e.nowMs > e.baseMs+int64(v.exp)-1 {
+		*v = strVal{}
+	}
+	return v.has
+}
+
+// expiry is a key's exp field for a TTL of ms from now.
+func (e *redisEm) expiry(ms int64) uint32 {
+	at := e.nowMs + ms - e.baseMs + 1
+	if at >= math.MaxUint32 {
+		panic("sim: the emulated Redis keeps TTLs up to 49 days, not " + strconv.FormatInt(ms, 10) + " ms")
+	}
+	return uint32(at)
 }
 
 func (e *redisEm) get(h *hash, field string) any {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/allot-dev/allot/internal/coord"
 	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/lua"
 )
@@ -94,7 +95,7 @@ func TestEmulatedCommandsMatchRedis(t *testing.T) {
 	em, err := newRedisEm(Sources())
 	require.NoError(t, err)
 	ks := testStore(t, 3, false, 0)
-	keys := []string{keyFn(subject(1)), keyFn(subject(2))}
+	keys := []string{keyFn(subject(1)), keyFn(subject(2)), "allot:test:{sim}"}
 	for i, text := range []string{
 		// What a hash keeps of numbers, and Lua 5.1's formatting.
 		`local out = {}
@@ -134,6 +135,29 @@ func TestEmulatedCommandsMatchRedis(t *testing.T) {
 		out[#out + 1] = redis.call('DEL', KEYS[1], KEYS[2])
 		out[#out + 1] = redis.call('PTTL', KEYS[1])
 		return out`,
+		// String keys (the coordinators' lock): GET, SET's options.
+		`redis.call('DEL', KEYS[1], KEYS[3])
+		local out = {tostring(redis.call('GET', KEYS[3])),
+		  redis.call('SET', KEYS[3], 'a', 'NX', 'PX', 5000),
+		  tostring(redis.call('SET', KEYS[3], 'b', 'NX', 'PX', '5000')),
+		  redis.call('GET', KEYS[3])}
+		local p = redis.call('PTTL', KEYS[3])
+		out[#out + 1] = tostring(p > 4900 and p <= 5000)
+		out[#out + 1] = redis.call('PEXPIRE', KEYS[3], 100000)
+		p = redis.call('PTTL', KEYS[3])
+		out[#out + 1] = tostring(p > 99000 and p <= 100000)
+		redis.call('HSET', KEYS[1], 'tokens', 1)
+		out[#out + 1] = redis.pcall('GET', KEYS[1]).err
+		out[#out + 1] = redis.call('SET', KEYS[3], 'c', 'XX')
+		out[#out + 1] = redis.call('GET', KEYS[3])
+		out[#out + 1] = redis.call('PTTL', KEYS[3])
+		out[#out + 1] = redis.pcall('SET', KEYS[3], 'd', 'PX', 0).err
+		out[#out + 1] = redis.pcall('SET', KEYS[3], 'd', 'NX', 'XX').err
+		out[#out + 1] = redis.call('DEL', KEYS[3], KEYS[1])
+		out[#out + 1] = redis.call('PTTL', KEYS[3])
+		out[#out + 1] = tostring(redis.call('SET', KEYS[3], 'e', 'XX'))
+		out[#out + 1] = redis.call('PEXPIRE', KEYS[3], 100)
+		return out`,
 	} {
 		want := realReply(c.Eval(ctx, text, keys).Result())
 		p, err := compile("test", text)
@@ -145,6 +169,61 @@ func TestEmulatedCommandsMatchRedis(t *testing.T) {
 		}
 		assert.Equal(t, want, got, "script %d:\n%s", i, text)
 	}
+}
+
+// The coordinators' lock scripts, as coord.RedisLock sends them, on a
+// real Redis and on the emulator: the same replies, values and TTLs
+// (a TTL long enough that no call's instant matters).
+func TestLockScriptsMatchRedis(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: redistest.Server(t).Addr})
+	defer c.Close()
+	ctx := context.Background()
+	s := testStore(t, 1, false, 0)
+	key, ttl := coord.LockKey("sim-test"), time.Minute
+	require.NoError(t, c.Del(ctx, key).Err())
+	for i, st := range []struct {
+		sc script
+		id string
+	}{
+		{scriptLockHold, "a"}, {scriptLockHold, "b"}, {scriptLockHold, "a"}, {scriptLockRelease, "b"},
+		{scriptLockRelease, "a"}, {scriptLockRelease, "a"}, {scriptLockHold, "b"}, {scriptLockHold, "a"},
+	} {
+		real, args := lua.LockHold, coord.LockHoldArgs(st.id, ttl)
+		if st.sc == scriptLockRelease {
+			real, args = lua.LockRelease, coord.LockReleaseArgs(st.id)
+		}
+		want := realReply(real.Run(ctx, c, []string{key}, args...).Result())
+		got := emuReply(s.eval(st.sc, 0, []string{key}, redisArgs(args)))
+		assert.Equal(t, want, got, "step %d: %s by %s", i, scriptNames[st.sc], st.id)
+		v, err := c.Get(ctx, key).Result()
+		if errors.Is(err, redis.Nil) {
+			err = nil
+		}
+		require.NoError(t, err)
+		assert.Equal(t, v, emuReply(orEmpty(s.em.get1(s, key))), "step %d: the lock's holder", i)
+		real2, err := c.PTTL(ctx, key).Result()
+		require.NoError(t, err)
+		emu := s.em.pttl(s, key, 0)
+		if real2 < 0 {
+			assert.Equal(t, real2.Nanoseconds(), emu, "step %d: no TTL", i)
+		} else {
+			assert.InDelta(t, float64(real2.Milliseconds()), float64(emu), 100, "step %d: PTTL", i)
+		}
+	}
+}
+
+// get1 is GET key at the start of the simulation.
+func (e *redisEm) get1(ks keyspace, key string) any {
+	e.ks, e.nowUs = ks, timeBase
+	e.nowMs = e.nowUs / 1000
+	return e.command([]string{"GET", key}, make([]num, 2))
+}
+
+func orEmpty(v any) any {
+	if v == nil {
+		return ""
+	}
+	return v
 }
 
 // The scripts the simulator runs, on a real Redis and on the emulator at
@@ -238,6 +317,9 @@ func TestScriptsMatchRedis(t *testing.T) {
 	// Not vacuous: most steps ran at Redis's very instant.
 	assert.GreaterOrEqual(t, timed, len(steps)/2, "steps run at the instant Redis read")
 }
+
+// ftoa is a float argument as coord.ShareArgs writes it.
+func ftoa(v float64) string { return strconv.FormatFloat(v, 'g', 17, 64) }
 
 func stringArgs(as []any) []string {
 	out := make([]string, len(as))

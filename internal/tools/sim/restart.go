@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/allot-dev/allot/internal/coord"
 )
 
 // scheduleFaults puts the faults of faults.go that happen at a time on
@@ -52,20 +54,26 @@ func (s *Sim) restart(nd *node) {
 	s.restarts++
 }
 
-// overlap starts next in reg beside the coordinators there, active at
-// once, and stops those after d: for d, two coordinators each believe
-// they hold the region's lock (a lock lost without the old one noticing:
-// a GC pause, a clock jump). Both drain the nodes' demand, report, hear
-// the others, and write shares.
+// overlap starts next in reg beside the coordinators there and makes
+// those lose the lock without noticing until d later (a holder stalled
+// past its lock's TTL, a clock jump): the lock's key is gone from the
+// region's Redis now, and until then their renewals answer that they
+// hold it whatever the key holds (a call fails while Redis is down, as
+// any). next takes the free lock
+// with lock_hold.lua at its first Hold and becomes active; for the rest
+// of d two coordinators act at once: both drain the nodes' demand,
+// report, hear the others and write shares. After d the old ones' next
+// Hold finds next holding the lock and they stand by.
 func (s *Sim) overlap(reg *region, next *coordinator, d time.Duration) {
-	old := reg.coords
-	next.started = true
-	reg.coords = append(reg.coords, next)
-	next.tick()
+	old := slices.Clone(reg.coords)
+	for _, o := range old {
+		o.blind = true
+	}
+	*reg.store.str(coord.LockKey(reg.name)) = strVal{}
+	next.start()
 	s.q.push(s.now+int64(d), func() {
 		for _, o := range old {
-			o.stopped = true
+			o.blind = false
 		}
-		reg.coords = slices.DeleteFunc(reg.coords, func(c *coordinator) bool { return c.stopped })
 	})
 }

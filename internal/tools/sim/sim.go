@@ -5,12 +5,16 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/internal/coord"
+	"github.com/allot-dev/allot/internal/coord/demand"
 	"github.com/allot-dev/allot/internal/fallback"
 	"github.com/allot-dev/allot/lease"
 )
@@ -145,9 +149,7 @@ func build(c Config) (*Sim, error) {
 		if err != nil {
 			return nil, fmt.Errorf("sim: coordinator: %w", err)
 		}
-		co.started = true
-		reg.coords = []*coordinator{co}
-		s.q.push(0, co.tick)
+		s.q.push(0, co.start)
 	}
 	s.every(0, int64(c.Arrival), s.arrive)
 	for _, f := range c.Crashes {
@@ -183,7 +185,7 @@ func build(c Config) (*Sim, error) {
 // demand and sweeping at its own phases.
 func (s *Sim) addNode(reg *region, i int) error {
 	c := &s.cfg
-	nd := &node{s: s, reg: reg, idx: i, alive: true, exactDemand: map[int]float64{}}
+	nd := &node{s: s, reg: reg, idx: i, alive: true, exactDemand: map[int][2]int64{}}
 	nd.clockOff = int64(s.offset(c.Skew.Node) + c.Skew.Node) // a lease.Clock is positive
 	if err := nd.start(); err != nil {
 		return err
@@ -191,7 +193,13 @@ func (s *Sim) addNode(reg *region, i int) error {
 	reg.nodes = append(reg.nodes, nd)
 	reg.alive = append(reg.alive, nd)
 	phase := int(i % c.Nodes)
-	s.every(s.now+int64(c.DemandPeriod)*int64(phase)/int64(c.Nodes), int64(c.DemandPeriod), nd.publish)
+	// Snapshots at the middles of the period's N parts, none on a whole
+	// second: a node publishing exactly on the epochs' grid would have
+	// its snapshot counted in the epoch's demand window or the next one's
+	// by the driver's last round trip (a lock renewal due just before an
+	// epoch delays the epoch's drain by its round trip), where a real
+	// node's phase is anywhere.
+	s.every(s.now+int64(c.DemandPeriod)*int64(2*phase+1)/int64(2*c.Nodes), int64(c.DemandPeriod), nd.publish)
 	s.every(s.now+int64(5*time.Second)*int64(phase)/int64(c.Nodes), int64(5*time.Second), func() {
 		if nd.alive {
 			nd.m.Sweep()
@@ -286,31 +294,44 @@ func (s *Sim) inRotation(reg *region, i int) *node {
 }
 
 // publish sends the node's demand since its last publish to its
-// coordinator (NATS within the region: half a Redis round trip).
+// coordinators as demand.Publisher does (demand.Snapshots of the
+// leases' and the exact path's demand), on the region's NATS: half a
+// Redis round trip, with the node links' jitter and the transports'
+// loss. Each coordinator subscribed when a snapshot arrives adds it to
+// its demand.Sum, as demand.Collector does.
 func (nd *node) publish() {
 	if !nd.alive {
 		return
 	}
-	d := make(map[string]float64, len(nd.exactDemand))
-	for k, n := range nd.exactDemand { // the exact path's, as decide's DrainDemand
-		d[keyFn(string(nd.s.subjects[k]))] = n
+	s, reg := nd.s, nd.reg
+	snaps, err := demand.Snapshots(reg.name+"-"+strconv.Itoa(nd.idx), nd.drainDemand, natsMaxPayload)
+	if err != nil {
+		panic(fmt.Sprintf("sim: a demand snapshot: %v", err)) // built by demand.Encode
+	}
+	for _, b := range snaps {
+		s.transmit(s.cfg.RedisRTT/2, s.cfg.Jitter.Node, func() {
+			for _, co := range reg.coords {
+				if err := co.demand.Add(b); err != nil {
+					panic(fmt.Sprintf("sim: a demand snapshot does not decode: %v", err))
+				}
+			}
+		})
+	}
+}
+
+// natsMaxPayload is NATS's default max payload.
+const natsMaxPayload = 1 << 20
+
+// drainDemand is what allot-node publishes (internal/node/multiregion.go):
+// the lease manager's DrainDemand, then the exact path's demand (decide's
+// DrainDemand), here by key, in key order.
+func (nd *node) drainDemand(fn func(key string, admitted, denied int64)) {
+	nd.m.DrainDemand(fn)
+	for _, k := range slices.Sorted(maps.Keys(nd.exactDemand)) {
+		v := nd.exactDemand[k]
+		fn(keyFn(string(nd.s.subjects[k])), v[0], v[1])
 	}
 	clear(nd.exactDemand)
-	nd.m.DrainDemand(func(key string, admitted, denied int64) {
-		d[key] += float64(max(0, admitted) + max(0, denied))
-	})
-	if len(d) == 0 {
-		return
-	}
-	reg := nd.reg
-	s := nd.s
-	s.transmit(s.cfg.RedisRTT/2, s.cfg.Jitter.Node, func() {
-		for _, co := range reg.coords {
-			for k, v := range d {
-				co.demand[k] += v
-			}
-		}
-	})
 }
 
 func (s *Sim) crash(nd *node) {

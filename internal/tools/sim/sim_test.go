@@ -413,8 +413,9 @@ func addFaults(rng *rand.Rand, c *Config, after func() time.Duration) {
 // admissions it covers: on_store_failure's are counted apart), and no
 // key's shares in force ever sum past L (Theorem 1), except while two
 // coordinators act in one region at once (an Overlap: outside Theorem
-// 1's assumptions; the excess is logged), and no node spends a token
-// of a grant past its TTL (the bound's assumption 1). -sim.long runs 200 scenarios
+// 1's assumptions, and so Theorem 2's once the shares did sum past L;
+// the excess is logged), and no node spends a token of a grant past its
+// TTL (the bound's assumption 1). -sim.long runs 200 scenarios
 // instead of 40; -sim.first moves the seeds.
 func TestPropertyBound(t *testing.T) {
 	n := 40
@@ -426,7 +427,12 @@ func TestPropertyBound(t *testing.T) {
 		t.Run(fmt.Sprint(seed+uint64(*first)), func(t *testing.T) {
 			t.Parallel()
 			r := run(t, c)
-			if r.MaxOvershootOverBound > 0 {
+			switch {
+			case r.MaxOvershootOverBound > 0 && r.MaxShareSum > 1 && len(c.Overlaps) > 0:
+				// Theorem 2 rests on Theorem 1's shares within L, which two
+				// coordinators acting at once broke (docs/simulation.md).
+				t.Logf("two coordinators in one region: a window %.4f past the bound (%s), outside Theorem 2's assumptions", r.MaxOvershootOverBound, r.WorstWindow)
+			case r.MaxOvershootOverBound > 0:
 				t.Errorf("overshoot %.4f of the bound (%s) in %+v", r.MaxOvershootOverBound, r.WorstWindow, c)
 			}
 			if r.PastTTLAdmissions > 0 {

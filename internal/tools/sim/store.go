@@ -2,9 +2,9 @@ package sim
 
 import (
 	"fmt"
-	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/allot-dev/allot/algorithm"
@@ -16,12 +16,17 @@ import (
 
 // store is one region's Redis: a hash per key, changed only by the
 // project's scripts (lease.lua, return.lua, share.lua, check_tb.lua) run
-// by the emulator (redis.go), bucket TTLs included. Its methods lay out
-// KEYS and ARGV as package region and coord.RedisWriter send them and read
-// the replies as they do; none of them computes a bucket.
+// by the emulator (redis.go), bucket TTLs included, and the coordinators'
+// lock (lock_hold.lua, lock_release.lua), a string key. Its methods lay
+// out KEYS and ARGV as package region and coord.RedisWriter and
+// coord.RedisLock send them and read the replies as they do; none of
+// them computes a bucket.
 type store struct {
 	em *redisEm
 	h  []hash
+	// strs are the string keys (the lock), not journalled: a failover
+	// loses bucket writes only.
+	strs map[string]*strVal
 	// journal holds each write's previous value for failovers that lose
 	// the last writes (nil when the scenario has none).
 	journal []undo
@@ -72,6 +77,22 @@ func (s *store) slot(key string, write bool) *hash {
 		}
 	}
 	return &s.h[k]
+}
+
+// str implements keyspace: every key that is not a bucket's is a string.
+func (s *store) str(key string) *strVal {
+	if strings.HasPrefix(key, "rl:{") {
+		return nil
+	}
+	v := s.strs[key]
+	if v == nil {
+		if s.strs == nil {
+			s.strs = map[string]*strVal{}
+		}
+		v = &strVal{}
+		s.strs[key] = v
+	}
+	return v
 }
 
 // failover undoes every write of the last loss µs (the replica promoted
@@ -144,18 +165,55 @@ func (s *store) giveBack(now int64, it lease.ReturnItem) int64 {
 	return n
 }
 
-// ftoa is a float argument as coord.RedisWriter sends it.
-func ftoa(v float64) string { return strconv.FormatFloat(v, 'g', 17, 64) }
-
-// share is share.lua with coord.RedisWriter.WriteShares's arguments.
+// share is share.lua with coord.RedisWriter.WriteShares's arguments
+// (coord.ShareArgs).
 func (s *store) share(now int64, u coord.ShareUpdate) {
-	rep := s.eval(scriptShare, now, []string{u.Key}, []string{
-		ftoa(u.Share.Of(u.Global.Rate)), ftoa(u.Share.Of(u.Global.Burst)),
-		ftoa(u.Old.Rate), ftoa(u.Old.Burst), itoa(u.TTL.Milliseconds()),
-	})
+	rep := s.eval(scriptShare, now, []string{u.Key}, redisArgs(coord.ShareArgs(u)))
 	if rep != int64(1) {
 		panic(fmt.Sprintf("sim: share.lua on %s returned %v", u.Key, rep))
 	}
+}
+
+// hold is lock_hold.lua with coord.RedisLock.Hold's arguments: whether
+// id holds the lock key now.
+func (s *store) hold(now int64, key, id string, ttl time.Duration) bool {
+	rep := s.eval(scriptLockHold, now, []string{key}, redisArgs(coord.LockHoldArgs(id, ttl)))
+	n, ok := rep.(int64)
+	if !ok {
+		panic(fmt.Sprintf("sim: lock_hold.lua on %s returned %v", key, rep))
+	}
+	return n == 1
+}
+
+// release is lock_release.lua with coord.RedisLock.Release's arguments:
+// whether id held the lock key and gave it up.
+func (s *store) release(now int64, key, id string) bool {
+	rep := s.eval(scriptLockRelease, now, []string{key}, redisArgs(coord.LockReleaseArgs(id)))
+	n, ok := rep.(int64)
+	if !ok {
+		panic(fmt.Sprintf("sim: lock_release.lua on %s returned %v", key, rep))
+	}
+	return n == 1
+}
+
+// redisArgs are script arguments as go-redis writes them.
+func redisArgs(as []any) []string {
+	out := make([]string, len(as))
+	for i, a := range as {
+		switch v := a.(type) {
+		case string:
+			out[i] = v
+		case int64:
+			out[i] = itoa(v)
+		case int:
+			out[i] = strconv.Itoa(v)
+		case float64:
+			out[i] = strconv.FormatFloat(v, 'f', -1, 64)
+		default:
+			panic(fmt.Sprintf("sim: a script argument of type %T", a))
+		}
+	}
+	return out
 }
 
 // field is key k's field f at now (µs), as HGET reads it: absent when the
@@ -169,14 +227,14 @@ func (s *store) field(now int64, k, f int) (float64, bool) {
 	return h.v[f], true
 }
 
-// shareOf is the share in force as coord.RedisWriter.ReadShares reads it
-// (HGET rate, rounded up to a Share), def when none was written.
-func (s *store) shareOf(now int64, k int, global coord.Limit, def rebalance.Share) rebalance.Share {
+// shareOf is the share in force as coord.RedisWriter.ReadShares reads
+// it (HGET rate, coord.ShareOfRate); false when none was written.
+func (s *store) shareOf(now int64, k int, global coord.Limit) (rebalance.Share, bool) {
 	v, ok := s.field(now, k, fRate)
-	if !ok || global.Rate <= 0 {
-		return def
+	if !ok {
+		return 0, false
 	}
-	return rebalance.Share(min(math.Ceil(v/global.Rate*float64(rebalance.Unit)), float64(rebalance.Unit)))
+	return coord.ShareOfRate(v, global)
 }
 
 // rate is the rate key k's bucket enforces at now: a written share's, or

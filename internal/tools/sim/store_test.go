@@ -69,14 +69,14 @@ func TestStoreShareAndFailover(t *testing.T) {
 	if got := r.Items[0].Granted; got < 149 || got > 150 {
 		t.Fatalf("granted %d, want 50 + 0.5 s at 200/s = 150", got)
 	}
-	if got := s.shareOf(1_000_000, 0, global, third); got < 2*third || got > 2*third+1 {
+	if got, ok := s.shareOf(1_000_000, 0, global); !ok || got < 2*third || got > 2*third+1 {
 		t.Fatalf("share read %d, want %d rounded up", got, 2*third)
 	}
 	if n := len(s.failover(1_000_000, 600_000)); n != 2 {
 		t.Fatalf("undid %d writes, want the share and the last lease", n)
 	}
-	if got := s.shareOf(1_000_000, 0, global, third); got != third {
-		t.Fatalf("share after failover %d, want the default", got)
+	if got, ok := s.shareOf(1_000_000, 0, global); ok {
+		t.Fatalf("share after failover %d, want none (the default)", got)
 	}
 	if tok, _ := s.field(1_000_000, 0, fTokens); tok != 0 {
 		t.Fatalf("after failover %+v: want the state before 0.4 s", s.h[0])
@@ -102,4 +102,23 @@ func TestStoreTTL(t *testing.T) {
 	s.share(0, coord.ShareUpdate{Key: keyFn(subject(1)), Share: rebalance.Unit / 2, Global: coord.Limit{Rate: 200, Burst: 200}, Old: coord.Limit{Rate: 100, Burst: 100}, TTL: time.Hour})
 	s.lease(1_000_000, other) // would set 2 s, keeps the hour
 	assert.Equal(t, int64(3600_000-1000), s.em.pttl(s, keyFn(subject(1)), 1_000_000))
+}
+
+// The coordinators' lock is lock_hold.lua and lock_release.lua on a
+// string key beside the buckets: one holder at a time, renewed by its
+// holder only, free once its TTL ran out or released (by its holder
+// only).
+func TestStoreLock(t *testing.T) {
+	s := testStore(t, 1, true, time.Second)
+	key, ttl := coord.LockKey("us"), 5*time.Second
+	assert.True(t, s.hold(0, key, "a", ttl))
+	assert.False(t, s.hold(1_000_000, key, "b", ttl), "held by a")
+	assert.True(t, s.hold(2_000_000, key, "a", ttl), "a renews")
+	assert.False(t, s.hold(7_000_000, key, "b", ttl), "renewed at 2 s: held to 7 s")
+	assert.True(t, s.hold(7_001_000, key, "b", ttl), "a's TTL ran out")
+	assert.False(t, s.release(7_002_000, key, "a"), "a no longer holds it")
+	assert.False(t, s.hold(7_003_000, key, "a", ttl))
+	assert.True(t, s.release(7_004_000, key, "b"))
+	assert.True(t, s.hold(7_005_000, key, "a", ttl), "released: free at once")
+	assert.Empty(t, s.journal, "the lock is not a bucket: nothing journalled")
 }
