@@ -312,11 +312,13 @@ func TestClusterBreakerIsPerShard(t *testing.T) {
 		assert.NoError(t, err, "shard %s is healthy", addr)
 	}
 	for _, h := range s.Shards() {
-		want := region.BreakerClosed
 		if h.Shard == bad {
-			want = region.BreakerOpen
+			// Open, or half-open if a probe (due 50 ms after opening) is
+			// out while the healthy shards were checked: not closed.
+			assert.NotEqual(t, region.BreakerClosed, h.State, h.Shard)
+			continue
 		}
-		assert.Equal(t, want, h.State, h.Shard)
+		assert.Equal(t, region.BreakerClosed, h.State, h.Shard)
 	}
 	p.Heal()
 	takeOK(t, s, byMaster[bad])
