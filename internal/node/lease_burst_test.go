@@ -13,12 +13,18 @@ import (
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
 
-// Issue 44's fresh-burst point on a real node and Redis: a leased policy
-// admits at least 0.97 of an ideal bucket over the first 1 s and 3 s of a
-// fresh key's traffic (100/s, burst 1,000) and at least 0.95 over 5 s
-// (1,000/s, burst 1,000), 32 requests in flight. A lone node takes the
-// burst in grants of max_share of it, then refills every quarter of the
-// target period (lease.LonePaceFraction).
+// Issue 44's fresh-burst point on a real node and Redis: a fresh key
+// (100/s, burst 1,000; and 1,000/s) with 32 requests in flight. A lone
+// node takes the burst in grants of max_share of it, then refills every
+// quarter of the target period (lease.LonePaceFraction): 0.978-0.992 of
+// the ideal over the first 1 s and 3 s, 0.963-0.977 over 5 s, on a quiet
+// machine. Here the figures are logged and only gross breakage fails (0.9):
+// under a loaded make test the first second once came to 0.940, when
+// scheduling delays moved the first paced refills. The issue's thresholds
+// (0.97 and 0.95) are asserted on virtual time, where no stall moves a
+// refill: lease's TestLoneFreshBurst and the simulator's
+// TestLeasedFreshBurst; docs/performance.md ("A fresh bucket's burst")
+// measures them on a real node with allot-load.
 func TestLeasedFreshBurst(t *testing.T) {
 	if testing.Short() {
 		t.Skip("8 s of load")
@@ -38,8 +44,8 @@ policies:
 		marks []time.Duration // the first marks[i] of the run
 		least float64         // of the ideal at each mark
 	}{
-		{"slow", 100, 3 * time.Second, []time.Duration{time.Second, 3 * time.Second}, 0.97},
-		{"fast", 1000, 5 * time.Second, []time.Duration{5 * time.Second}, 0.95},
+		{"slow", 100, 3 * time.Second, []time.Duration{time.Second, 3 * time.Second}, 0.9},
+		{"fast", 1000, 5 * time.Second, []time.Duration{5 * time.Second}, 0.9},
 	} {
 		// Admissions per millisecond since the first request was sent.
 		bins := make([]atomic.Int64, tc.run/time.Millisecond)
