@@ -2,7 +2,7 @@
 -- the common case, many groups per call.
 --
 -- KEYS are the keys of g groups, group after group. ARGV (laid out by
--- lua.CheckTBArgs):
+-- lua.AppendCheckTB):
 --   ARGV[1]   g, the number of groups
 --   ARGV[2]   s, the number of distinct specs the call's keys use
 --   then 4 values per spec: algorithm code ('tb'), limit, period in ms,

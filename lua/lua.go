@@ -9,6 +9,7 @@ package lua
 import (
 	_ "embed"
 	"fmt"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -45,61 +46,70 @@ var Check = redis.NewScript(commonSrc + paramsSrc + checkSrc)
 // and each group taken all-or-nothing as Check takes it, at about half
 // Check's Redis CPU per group (docs/performance.md, "Redis CPU per
 // check"). It refuses any other algorithm code. Its KEYS and ARGV
-// for many groups are laid out by CheckTBArgs, and its reply is split by
+// for many groups are laid out by AppendCheckTB, and its reply is split by
 // CheckTBReplies: one Check reply, or one error, per group. One group
 // may also be sent with Check's KEYS and ARGV, for Check's reply (the
 // cheaper form for a lone call).
 var CheckTB = redis.NewScript(checkTBSrc)
 
-// CheckTBArgs lays out n groups for CheckTB: group(i) is the i-th group
-// as Check takes it (its keys, and ArgsPerKey values per key). The keys
-// are the groups' keys in order; ARGV is the number of groups, the
-// number of distinct specs (a key's algorithm code, limit, period and
-// burst), those specs, then per group its number of keys and per key its
-// spec's index and its cost. A group whose values are not ArgsPerKey per
-// key is sent with spec index 0, which the script refuses for that group
-// alone.
-func CheckTBArgs(n int, group func(i int) ([]string, []any)) ([]string, []any) {
+// AppendCheckTB appends to cmd the key count, the KEYS and the ARGV of n
+// groups in CheckTB's batch layout, as an EVALSHA command carries them
+// after the script's hash. size(i) is group i's number of keys and
+// key(i, j) its j-th key: the key, its spec's first ArgsPerKey-1
+// arguments (algorithm code, limit, period in ms, burst) and its cost.
+// ARGV is the number of groups, the number of distinct specs, those
+// specs, then per group its number of keys and per key its spec's index
+// and its cost. A key whose spec is not ArgsPerKey-1 values is sent with
+// spec index 0, which the script refuses for that group alone.
+//
+// It is the one layout of the batch form (a node's pipelines and the
+// tests' calls both use it), and it allocates nothing but cmd's growth:
+// specs handed over as the same slice (a store's boxed spec cache) are
+// matched by identity before their values are compared.
+func AppendCheckTB(cmd []any, n int, size func(i int) int, key func(i, j int) (k string, spec []any, cost any)) []any {
+	var table [8][]any
+	specs := table[:0]
 	nk := 0
-	var specs [][]any // each a group's args from its key's spec on
 	for i := range n {
-		k, a := group(i)
-		nk += len(k)
-		if len(a) != ArgsPerKey*len(k) {
-			continue
-		}
-		for j := range k {
-			if specIndex(specs, a[j*ArgsPerKey:]) == 0 {
-				specs = append(specs, a[j*ArgsPerKey:])
+		m := size(i)
+		nk += m
+		for j := range m {
+			if _, sp, _ := key(i, j); len(sp) == ArgsPerKey-1 && specIndex(specs, sp) == 0 {
+				specs = append(specs, sp)
 			}
 		}
 	}
-	ks := make([]string, 0, nk)
-	as := make([]any, 0, 2+4*len(specs)+n+2*nk)
-	as = append(as, n, len(specs))
-	for _, s := range specs {
-		as = append(as, s[:ArgsPerKey-1]...)
+	cmd = slices.Grow(cmd, 1+nk+2+4*len(specs)+n+2*nk)
+	cmd = append(cmd, nk)
+	for i := range n {
+		for j := range size(i) {
+			k, _, _ := key(i, j)
+			cmd = append(cmd, k)
+		}
+	}
+	cmd = append(cmd, n, len(specs))
+	for _, sp := range specs {
+		cmd = append(cmd, sp...)
 	}
 	for i := range n {
-		k, a := group(i)
-		ks = append(ks, k...)
-		as = append(as, len(k))
-		for j := range k {
-			if len(a) != ArgsPerKey*len(k) {
-				as = append(as, 0, 0)
+		m := size(i)
+		cmd = append(cmd, m)
+		for j := range m {
+			_, sp, cost := key(i, j)
+			if len(sp) != ArgsPerKey-1 {
+				cmd = append(cmd, 0, 0)
 				continue
 			}
-			as = append(as, specIndex(specs, a[j*ArgsPerKey:]), a[j*ArgsPerKey+ArgsPerKey-1])
+			cmd = append(cmd, specIndex(specs, sp), cost)
 		}
 	}
-	return ks, as
+	return cmd
 }
 
-// specIndex is the 1-based index in specs of the spec that args starts
-// with (its first ArgsPerKey-1 values), or 0.
-func specIndex(specs [][]any, args []any) int {
+// specIndex is the 1-based index in specs of sp, or 0.
+func specIndex(specs [][]any, sp []any) int {
 	for i, s := range specs {
-		if sameArgs(s[:ArgsPerKey-1], args[:ArgsPerKey-1]) {
+		if &s[0] == &sp[0] || sameArgs(s, sp) {
 			return i + 1
 		}
 	}
@@ -135,9 +145,25 @@ func sameArgs(a, b []any) bool {
 	return true
 }
 
-// CheckTBGroups is CheckTBArgs of groups given as slices.
+// CheckTBGroups lays out groups given as Check takes them (keys[i], and
+// ArgsPerKey values per key in args[i]) for CheckTB: its KEYS and ARGV,
+// by AppendCheckTB. A group whose values are not ArgsPerKey per key gets
+// spec index 0 for every key.
 func CheckTBGroups(keys [][]string, args [][]any) ([]string, []any) {
-	return CheckTBArgs(len(keys), func(i int) ([]string, []any) { return keys[i], args[i] })
+	cmd := AppendCheckTB(nil, len(keys), func(i int) int { return len(keys[i]) }, func(i, j int) (string, []any, any) {
+		a := args[i]
+		if len(a) != ArgsPerKey*len(keys[i]) {
+			return keys[i][j], nil, nil
+		}
+		a = a[j*ArgsPerKey : (j+1)*ArgsPerKey]
+		return keys[i][j], a[:ArgsPerKey-1], a[ArgsPerKey-1]
+	})
+	nk := cmd[0].(int)
+	ks := make([]string, nk)
+	for i := range ks {
+		ks[i] = cmd[1+i].(string)
+	}
+	return ks, cmd[1+nk:]
 }
 
 // CheckTBReplies splits a CheckTB reply for g groups: one element per

@@ -5,46 +5,43 @@ package region
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/allot-dev/allot/algorithm"
-	"github.com/allot-dev/allot/lua"
 )
 
-// scriptArgs lays a group out as check.lua and refund.lua expect: the keys,
-// and 5 ARGV per key. It rejects what would silently misbehave in Redis.
-func (sa *specArgs) scriptArgs(g algorithm.Group) ([]string, []any, error) {
-	keys := make([]string, len(g))
-	args := make([]any, 0, len(g)*lua.ArgsPerKey)
+// checkGroup rejects a group that would silently misbehave in Redis,
+// before anything is sent; its specs' boxed arguments are cached then
+// (specArgs), for the pipeline that lays the group out
+// (call.appendArgs).
+func (sa *specArgs) checkGroup(g algorithm.Group) error {
 	tag := hashTag(g[0].Key)
-	for i, it := range g {
-		sp, err := sa.of(it.Spec)
-		if err != nil {
-			return nil, nil, fmt.Errorf("key %q: %w", it.Key, err)
+	for i := range g {
+		it := &g[i]
+		if _, err := sa.of(it.Spec); err != nil {
+			return fmt.Errorf("key %q: %w", it.Key, err)
 		}
 		switch {
 		case it.Cost < 0:
-			return nil, nil, fmt.Errorf("key %q: cost %d must not be negative", it.Key, it.Cost)
-		case slices.Contains(keys[:i], it.Key):
-			// Two items on one bucket would each be checked against the
-			// same tokens and the second write would hide the first take.
-			return nil, nil, fmt.Errorf("key %q appears twice in one group", it.Key)
+			return fmt.Errorf("key %q: cost %d must not be negative", it.Key, it.Cost)
 		case hashTag(it.Key) != tag:
 			// A cluster would refuse the call (CROSSSLOT); refuse it on a
 			// single server too, so a deployment change cannot break it.
-			return nil, nil, fmt.Errorf("keys %q and %q do not share a hash tag", g[0].Key, it.Key)
+			return fmt.Errorf("keys %q and %q do not share a hash tag", g[0].Key, it.Key)
 		}
-		keys[i] = it.Key
-		args = append(args, sp...)
-		args = append(args, it.Cost)
+		for j := range i {
+			if g[j].Key == it.Key {
+				// Two items on one bucket would each be checked against
+				// the same tokens and the second write would hide the
+				// first take.
+				return fmt.Errorf("key %q appears twice in one group", it.Key)
+			}
+		}
 	}
-	return keys, args, nil
+	return nil
 }
 
 // specArgs boxes each spec's four script arguments (algorithm code,
@@ -91,15 +88,17 @@ func hashTag(key string) string {
 	return key
 }
 
-// parseCheck turns check.lua's reply into a Result.
-func parseCheck(cmd *redis.Cmd, n int) (algorithm.Result, error) {
-	// Read in place (not Int64Slice: a copy per check).
-	vals, err := cmd.Slice()
-	if err != nil {
-		return algorithm.Result{}, err
+// decodeCheck decodes check.lua's reply for a group of len(items) keys
+// (as go-redis reads it: an array of integers) straight into r, its item
+// results in items.
+func decodeCheck(val any, r *algorithm.Result, items []algorithm.ItemResult) error {
+	vals, ok := val.([]any)
+	if !ok {
+		return fmt.Errorf("check.lua returned %T, not an array", val)
 	}
+	n := len(items)
 	if len(vals) != 1+3*n {
-		return algorithm.Result{}, fmt.Errorf("check.lua returned %d values for %d keys", len(vals), n)
+		return fmt.Errorf("check.lua returned %d values for %d keys", len(vals), n)
 	}
 	var bad error
 	num := func(i int) int64 {
@@ -109,18 +108,15 @@ func parseCheck(cmd *redis.Cmd, n int) (algorithm.Result, error) {
 		}
 		return v
 	}
-	r := algorithm.Result{Allowed: num(0) == 1, Items: make([]algorithm.ItemResult, n)}
-	for i := range n {
-		r.Items[i] = algorithm.ItemResult{
+	for i := range items {
+		items[i] = algorithm.ItemResult{
 			Remaining:  num(1 + 3*i),
 			RetryAfter: micros(num(2 + 3*i)),
 			ResetAfter: micros(num(3 + 3*i)),
 		}
 	}
-	if bad != nil {
-		return algorithm.Result{}, bad
-	}
-	return r, nil
+	*r = algorithm.Result{Allowed: num(0) == 1, Items: items}
+	return bad
 }
 
 func micros(us int64) time.Duration {

@@ -1,11 +1,9 @@
 package region
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -52,23 +50,21 @@ func TestSpecArgsKeepOnlyValidSpecs(t *testing.T) {
 	assert.False(t, kept)
 
 	// Through the store's layout too: the key is named.
-	_, _, err := sa.scriptArgs(algorithm.Group{{Key: "k", Spec: bad, Cost: 1}})
+	err := sa.checkGroup(algorithm.Group{{Key: "k", Spec: bad, Cost: 1}})
 	assert.ErrorContains(t, err, `key "k"`)
 }
 
-// parseCheck reads the reply in place and refuses anything but integers
+// decodeCheck reads the reply in place and refuses anything but integers
 // where check.lua puts them, instead of zeros.
-func TestParseCheckRefusesNonIntegers(t *testing.T) {
-	cmd := redis.NewCmd(context.Background())
-	cmd.SetVal([]any{int64(1), int64(9), int64(0), int64(-1)})
-	r, err := parseCheck(cmd, 1)
-	require.NoError(t, err)
+func TestDecodeCheckRefusesNonIntegers(t *testing.T) {
+	var r algorithm.Result
+	items := make([]algorithm.ItemResult, 1)
+	require.NoError(t, decodeCheck([]any{int64(1), int64(9), int64(0), int64(-1)}, &r, items))
 	assert.True(t, r.Allowed)
 	assert.Equal(t, algorithm.ItemResult{Remaining: 9, RetryAfter: 0, ResetAfter: algorithm.Never}, r.Items[0])
 
-	cmd.SetVal([]any{int64(1), "9", int64(0), int64(0)})
-	_, err = parseCheck(cmd, 1)
-	assert.ErrorContains(t, err, "want an integer")
-	_, err = parseCheck(cmd, 2)
-	assert.ErrorContains(t, err, "4 values for 2 keys")
+	bad := []any{int64(1), "9", int64(0), int64(0)}
+	assert.ErrorContains(t, decodeCheck(bad, &r, items), "want an integer")
+	assert.ErrorContains(t, decodeCheck(bad, &r, make([]algorithm.ItemResult, 2)), "4 values for 2 keys")
+	assert.ErrorContains(t, decodeCheck("OK", &r, items), "not an array")
 }

@@ -1,10 +1,10 @@
 package region
 
-// The call engine: every Store method (Take, Refund, Lease, Return) hands
-// its script calls to evalAll, which queues each for its key's shard
-// (pipeline.go coalesces and sends them) and waits for their answers. This
-// one path is what makes every call of the store seen by its shard's
-// breaker and stall judgement.
+// The call engine: every Store method (Take, Refund, Lease, Return,
+// Settle) hands its script calls to a request, which queues each for its
+// key's shard (pipeline.go coalesces and sends them) and waits for their
+// replies. This one path is what makes every call of the store seen by
+// its shard's breaker and stall judgement.
 
 import (
 	"context"
@@ -13,16 +13,21 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/lua"
 )
 
-// call is one script call of a request, queued for a shard.
+// call is one script call of a request, queued for a shard. Its
+// arguments are either laid out by its caller (keys and args: leases,
+// returns, settlements) or a group of checks or refunds (group), laid
+// out when its pipeline is sent, straight into the wire command.
 type call struct {
 	req    *request
-	idx    int // its command's index in req.cmds
+	idx    int // its reply's index in req.replies
 	script *redis.Script
 	keys   []string
 	args   []any
+	group  algorithm.Group
 	enq    time.Time // when it was queued
 	state  atomic.Uint32
 }
@@ -32,86 +37,90 @@ const (
 	callDone
 )
 
+// reply is one call's answer: the script's reply as go-redis reads it
+// (integers as int64, strings as string, arrays as []any), or an error.
+type reply struct {
+	val any
+	err error
+}
+
 // request is the calls of one Store method invocation, answered when
 // every call is done (answered, failed or given up on).
 type request struct {
-	cmds    []*redis.Cmd
+	replies []reply
+	calls   []call
 	pending atomic.Int32
 	done    chan struct{}
 	// Storage for the common request of one call (one group), so that it
 	// costs one allocation instead of three.
-	cmd1  [1]*redis.Cmd
-	call1 [1]call
-	ptr1  [1]*call
+	reply1 [1]reply
+	call1  [1]call
+	ptr1   [1]*call
 }
 
-// finish settles c with cmd, unless it is settled already: exactly one
-// party (the pipeline that sent it, the stall judgement, or the waiter
-// giving up) settles each call, and the last one releases the waiter.
-func (r *request) finish(c *call, cmd *redis.Cmd) {
+// finish settles c with its reply, unless it is settled already: exactly
+// one party (the pipeline that sent it, the stall judgement, or the
+// waiter giving up) settles each call, and the last one releases the
+// waiter.
+func (r *request) finish(c *call, val any, err error) {
 	if !c.state.CompareAndSwap(callPending, callDone) {
 		return
 	}
-	r.cmds[c.idx] = cmd
+	r.replies[c.idx] = reply{val, err}
 	if r.pending.Add(-1) == 0 {
 		close(r.done)
 	}
 }
 
-func failCmd(ctx context.Context, err error) *redis.Cmd {
-	c := redis.NewCmd(ctx)
-	c.SetErr(err)
-	return c
+// newRequest returns a request for n calls of script, each to be set up
+// by the caller (call's keys and args, or its group) before run.
+func newRequest(script *redis.Script, n int) *request {
+	r := &request{}
+	if n == 1 {
+		r.replies, r.calls = r.reply1[:], r.call1[:]
+	} else {
+		r.replies, r.calls = make([]reply, n), make([]call, n)
+	}
+	for i := range r.calls {
+		r.calls[i].req, r.calls[i].idx, r.calls[i].script = r, i, script
+	}
+	return r
 }
 
-// evalAll runs script once per non-nil keys[i] and waits for the
-// answers: each call is queued for its key's shard (shard.submit), which
-// coalesces concurrent calls into shared pipelines (EVALSHA, then EVAL for
-// NOSCRIPT). Errors stay in the commands: ErrUnavailable (breaker open,
-// not sent), ErrStalled (the shard stopped answering), an overloaded
-// error (shed), or the caller's ctx error when it gave up first — wrapped
-// as overloaded, since the shard was not judged sick; the call may still
-// run. Every call of the store goes through here, so every call is seen
-// by its shard's breaker.
-func (s *Store) evalAll(ctx context.Context, script *redis.Script, keys [][]string, args [][]any) []*redis.Cmd {
-	r := &request{}
-	if len(keys) == 1 {
-		r.cmds = r.cmd1[:]
-	} else {
-		r.cmds = make([]*redis.Cmd, len(keys))
-	}
+// run queues the request's calls that carry something (keys or a group;
+// the others are answered nil at once) for their keys' shards
+// (shard.submit), which coalesce concurrent calls into shared pipelines
+// (EVALSHA, then EVAL for NOSCRIPT), and waits for their replies. Errors
+// stay in the replies: ErrUnavailable (breaker open, not sent),
+// ErrStalled (the shard stopped answering), an overloaded error (shed),
+// or the caller's ctx error when it gave up first — wrapped as
+// overloaded, since the shard was not judged sick; the call may still
+// run.
+func (s *Store) run(ctx context.Context, r *request) []reply {
 	n := 0
-	for _, k := range keys {
-		if k != nil {
+	for i := range r.calls {
+		if r.calls[i].keyCount() > 0 {
 			n++
 		}
 	}
 	if n == 0 {
-		return r.cmds
+		return r.replies
 	}
 	r.done = make(chan struct{})
 	r.pending.Store(int32(n))
-	var calls []call
-	if n == 1 {
-		calls = r.call1[:]
-	} else {
-		calls = make([]call, n)
-	}
 	type batch struct {
 		sh    *shard
 		calls []*call
 	}
 	var bb [4]batch
 	batches := bb[:0]
-	j := 0
-	for i, k := range keys {
-		if k == nil {
+	for i := range r.calls {
+		c := &r.calls[i]
+		if c.keyCount() == 0 {
+			c.state.Store(callDone)
 			continue
 		}
-		c := &calls[j]
-		j++
-		c.req, c.idx, c.script, c.keys, c.args = r, i, script, k, args[i]
-		sh := s.shardOf(ctx, k[0])
+		sh := s.shardOf(ctx, c.firstKey())
 		bi := -1
 		for x := range batches {
 			if batches[x].sh == sh {
@@ -135,12 +144,50 @@ func (s *Store) evalAll(ctx context.Context, script *redis.Script, keys [][]stri
 	case <-r.done:
 	case <-ctx.Done():
 		err := &overloaded{cause: "the caller stopped waiting before the reply", err: ctx.Err()}
-		for i := range calls {
-			r.finish(&calls[i], failCmd(ctx, err))
+		for i := range r.calls {
+			r.finish(&r.calls[i], nil, err)
 		}
 		<-r.done
 	}
-	return r.cmds
+	return r.replies
+}
+
+func (c *call) keyCount() int {
+	if c.group != nil {
+		return len(c.group)
+	}
+	return len(c.keys)
+}
+
+func (c *call) firstKey() string {
+	if c.group != nil {
+		return c.group[0].Key
+	}
+	return c.keys[0]
+}
+
+// appendArgs appends the call's key count, KEYS and ARGV to cmd, in its
+// script's own layout: a group's keys and, per key, its spec's boxed
+// arguments (specArgs) and its cost, as check.lua and refund.lua take
+// them.
+func (c *call) appendArgs(cmd []any, specs *specArgs) []any {
+	if c.group == nil {
+		cmd = append(cmd, len(c.keys))
+		for _, k := range c.keys {
+			cmd = append(cmd, k)
+		}
+		return append(cmd, c.args...)
+	}
+	cmd = append(cmd, len(c.group))
+	for i := range c.group {
+		cmd = append(cmd, c.group[i].Key)
+	}
+	for i := range c.group {
+		sp, _ := specs.of(c.group[i].Spec) // validated when the call was made
+		cmd = append(cmd, sp...)
+		cmd = append(cmd, c.group[i].Cost)
+	}
+	return cmd
 }
 
 // noRetry marks a script call that go-redis must not send again after a
@@ -153,23 +200,6 @@ func (s *Store) evalAll(ctx context.Context, script *redis.Script, keys [][]stri
 type noRetry struct{ *redis.Cmd }
 
 func (noRetry) NoRetry() bool { return true }
-
-// scriptCall queues name (EVALSHA or EVAL) of payload (the script's hash
-// or source) on keys with args, as redis.Script does, but marked noRetry.
-func scriptCall(ctx context.Context, p redis.Pipeliner, name string, payload any, keys []string, args []any) *redis.Cmd {
-	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, name, payload, len(keys))
-	for _, k := range keys {
-		a = append(a, k)
-	}
-	a = append(a, args...)
-	c := redis.NewCmd(ctx, a...)
-	if len(keys) > 0 {
-		c.SetFirstKeyPos(3) // routes the call to the keys' slot
-	}
-	_ = p.Process(ctx, noRetry{c})
-	return c
-}
 
 // wireCall is one script command of a pipeline: the calls at idx, all
 // of script. A lone call is sent as itself; the token-bucket checks of a
@@ -191,8 +221,10 @@ func (w *wireCall) shared() bool { return len(w.idx) > 1 }
 // every call stays alone: a script's keys must share one slot there, and
 // the calls of one shard need not. (wire never grows past its capacity,
 // so a lone call's idx may point into its own element.)
-func (s *Store) wireCalls(calls []*call) []wireCall {
-	wire := make([]wireCall, 0, len(calls))
+func (s *Store) wireCalls(calls []*call, wire []wireCall) []wireCall {
+	if cap(wire) < len(calls) {
+		wire = make([]wireCall, 0, len(calls))
+	}
 	tb := -1 // the index in wire of the token-bucket checks' command
 	for i, c := range calls {
 		batch := c.script == lua.CheckTB && !s.cluster
@@ -216,26 +248,34 @@ func (s *Store) wireCalls(calls []*call) []wireCall {
 }
 
 // queue queues w's command (name EVALSHA or EVAL, payload the hash or the
-// source) on p.
-func (w *wireCall) queue(ctx context.Context, p redis.Pipeliner, calls []*call, name string, payload any) *redis.Cmd {
+// source) on p, its arguments laid out straight into the command, marked
+// noRetry.
+func (w *wireCall) queue(ctx context.Context, p redis.Pipeliner, calls []*call, specs *specArgs, name string, payload any) *redis.Cmd {
+	a := make([]any, 0, 3+8*len(w.idx))
+	a = append(a, name, payload)
 	if !w.shared() {
-		c := calls[w.idx[0]]
-		return scriptCall(ctx, p, name, payload, c.keys, c.args)
+		a = calls[w.idx[0]].appendArgs(a, specs)
+	} else {
+		a = lua.AppendCheckTB(a, len(w.idx), func(i int) int { return len(calls[w.idx[i]].group) },
+			func(i, j int) (string, []any, any) {
+				it := &calls[w.idx[i]].group[j]
+				sp, _ := specs.of(it.Spec)
+				return it.Key, sp, it.Cost
+			})
 	}
-	k, a := lua.CheckTBArgs(len(w.idx), func(j int) ([]string, []any) {
-		c := calls[w.idx[j]]
-		return c.keys, c.args
-	})
-	return scriptCall(ctx, p, name, payload, k, a)
+	c := redis.NewCmd(ctx, a...)
+	c.SetFirstKeyPos(3) // routes the call to the keys' slot
+	_ = p.Process(ctx, noRetry{c})
+	return c
 }
 
-// settle gives each call of w its own command in cmds: the command sent,
-// for a lone call; for a shared command, a command per group holding its
-// group's reply or error, or the shared command's error (a failed
+// settle hands each call of w its reply in out (by its index in the
+// pipeline): the command's, for a lone call; for a shared command, its
+// group's element of the reply, or the shared command's error (a failed
 // connection, or a script error that failed them all).
-func (w *wireCall) settle(ctx context.Context, sent *redis.Cmd, cmds []*redis.Cmd) {
+func (w *wireCall) settle(sent *redis.Cmd, out []reply) {
 	if !w.shared() {
-		cmds[w.idx[0]] = sent
+		out[w.idx[0]] = reply{sent.Val(), sent.Err()}
 		return
 	}
 	err := sent.Err()
@@ -244,14 +284,15 @@ func (w *wireCall) settle(ctx context.Context, sent *redis.Cmd, cmds []*redis.Cm
 		vals, err = lua.CheckTBReplies(sent.Val(), len(w.idx))
 	}
 	for j, i := range w.idx {
-		c := redis.NewCmd(ctx)
-		if err != nil {
-			c.SetErr(err)
-		} else if e, ok := vals[j].(error); ok {
-			c.SetErr(e)
-		} else {
-			c.SetVal(vals[j])
+		switch {
+		case err != nil:
+			out[i] = reply{err: err}
+		default:
+			if e, ok := vals[j].(error); ok {
+				out[i] = reply{err: e}
+			} else {
+				out[i] = reply{val: vals[j]}
+			}
 		}
-		cmds[i] = c
 	}
 }

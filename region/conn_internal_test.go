@@ -22,7 +22,7 @@ func TestHealthCheckSkippedOnAFreshConnection(t *testing.T) {
 	defer a.Close()
 	defer b.Close()
 	tc := &trackedConn{Conn: a, raw: fakeRaw{}, prog: &progress{conns: map[*trackedConn]struct{}{}}}
-	raw, err := (&trackedSysConn{tc}).SyscallConn()
+	raw, err := newTrackedSysConn(tc).SyscallConn()
 	require.NoError(t, err)
 	peeks := 0
 	peek := func(uintptr) bool { peeks++; return true }

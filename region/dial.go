@@ -63,7 +63,7 @@ func (cs *conns) dialer(opts Options) func(ctx context.Context, network, addr st
 		prog.mu.Unlock()
 		var out net.Conn = t
 		if t.raw != nil {
-			out = &trackedSysConn{t}
+			out = newTrackedSysConn(t)
 		}
 		if tlsConf != nil {
 			conf := tlsConf.Clone()
@@ -84,11 +84,18 @@ func (cs *conns) dialer(opts Options) func(ctx context.Context, network, addr st
 
 // trackedSysConn also exposes the socket, so that go-redis's health check
 // of pooled connections (a non-blocking peek) keeps working.
-type trackedSysConn struct{ *trackedConn }
-
-func (c *trackedSysConn) SyscallConn() (syscall.RawConn, error) {
-	return checkedRaw{RawConn: c.raw, c: c.trackedConn}, nil
+// Its RawConn is made once: go-redis asks for it on every connection it
+// takes from the pool.
+type trackedSysConn struct {
+	*trackedConn
+	checked *checkedRaw
 }
+
+func newTrackedSysConn(t *trackedConn) *trackedSysConn {
+	return &trackedSysConn{t, &checkedRaw{RawConn: t.raw, c: t}}
+}
+
+func (c *trackedSysConn) SyscallConn() (syscall.RawConn, error) { return c.checked, nil }
 
 // freshReadFor is how recently a connection must have read a reply for
 // go-redis's health check of it to be skipped. go-redis peeks every
@@ -110,7 +117,7 @@ type checkedRaw struct {
 	c *trackedConn
 }
 
-func (r checkedRaw) Read(f func(fd uintptr) (done bool)) error {
+func (r *checkedRaw) Read(f func(fd uintptr) (done bool)) error {
 	if last := r.c.lastRead.Load(); last != 0 && time.Now().UnixNano()-last < int64(freshReadFor) {
 		return nil
 	}

@@ -6,15 +6,13 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/lua"
 )
 
 // Store is the lease manager's Source: its leases and returns share the
-// call engine (evalAll) and the shards' pipelines with Take and Refund.
+// call engine (run) and the shards' pipelines with Take and Refund.
 var _ lease.Source = (*Store)(nil)
 
 // Lease runs lease.lua once per group, every group in one pipelined round
@@ -36,14 +34,14 @@ func (s *Store) Lease(ctx context.Context, groups []lease.Group) ([]lease.Reply,
 		}
 		keys[i], args[i] = k, a
 	}
-	cmds := s.evalAll(ctx, lua.Lease, keys, args)
+	replies := s.runArgs(ctx, lua.Lease, keys, args)
 	out := make([]lease.Reply, len(groups))
 	for i, g := range groups {
 		if len(g) == 0 {
 			out[i] = lease.Reply{Granted: true}
 			continue
 		}
-		r, err := parseLease(cmds[i], len(g))
+		r, err := parseLease(replies[i], len(g))
 		if err != nil {
 			out[i] = lease.Reply{Err: fmt.Errorf("region: lease %s: %w", g[0].Key, err)}
 			continue
@@ -69,19 +67,19 @@ func (s *Store) Return(ctx context.Context, items []lease.ReturnItem) (int64, er
 		keys[i] = []string{it.Key}
 		args[i] = []any{it.Spec.Limit, it.Spec.Period.Milliseconds(), it.Spec.Capacity(), it.Unspent, it.Age.Microseconds()}
 	}
-	cmds := s.evalAll(ctx, lua.Return, keys, args)
+	replies := s.runArgs(ctx, lua.Return, keys, args)
 	var total int64
 	var errs []error
-	for i, c := range cmds {
-		if c == nil {
-			continue
+	for i, r := range replies {
+		n, ok := r.val.(int64)
+		switch {
+		case r.err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", items[i].Key, r.err))
+		case !ok:
+			errs = append(errs, fmt.Errorf("%s: return.lua returned %T, not an integer", items[i].Key, r.val))
+		default:
+			total += n
 		}
-		n, err := c.Int64()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", items[i].Key, err))
-			continue
-		}
-		total += n
 	}
 	if err := errors.Join(errs...); err != nil {
 		return total, fmt.Errorf("region: return: %w", err)
@@ -128,10 +126,13 @@ func leaseArgs(g lease.Group) ([]string, []any, error) {
 	return keys, args, nil
 }
 
-func parseLease(cmd *redis.Cmd, n int) (lease.Reply, error) {
-	vals, err := cmd.Slice()
-	if err != nil {
-		return lease.Reply{}, err
+func parseLease(r reply, n int) (lease.Reply, error) {
+	if r.err != nil {
+		return lease.Reply{}, r.err
+	}
+	vals, ok := r.val.([]any)
+	if !ok {
+		return lease.Reply{}, fmt.Errorf("lease.lua returned %T, not an array", r.val)
 	}
 	return LeaseReply(vals, n)
 }

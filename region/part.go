@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/allot-dev/allot/algorithm"
 	"github.com/allot-dev/allot/lua"
 )
@@ -83,10 +81,10 @@ func (s *Store) Settle(ctx context.Context, items []Settlement) ([]Settled, erro
 		}
 		args[i] = a
 	}
-	cmds := s.evalAll(ctx, lua.Part, keys, args)
+	replies := s.runArgs(ctx, lua.Part, keys, args)
 	out := make([]Settled, len(items))
 	for i, it := range items {
-		r, err := parsePart(cmds[i], len(it.Consumers))
+		r, err := parsePart(replies[i], len(it.Consumers))
 		if err != nil {
 			r = Settled{Err: fmt.Errorf("region: settle %s: %w", it.Key, err)}
 		}
@@ -97,11 +95,15 @@ func (s *Store) Settle(ctx context.Context, items []Settlement) ([]Settled, erro
 
 func ffmt(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 
-func parsePart(cmd *redis.Cmd, n int) (Settled, error) {
-	vals, err := cmd.Slice()
-	if err != nil {
-		return Settled{}, err
+func parsePart(r reply, n int) (Settled, error) {
+	if r.err != nil {
+		return Settled{}, r.err
 	}
+	vals, ok := r.val.([]any)
+	if !ok {
+		return Settled{}, fmt.Errorf("part.lua returned %T, not an array", r.val)
+	}
+	var err error
 	if len(vals) < 6+n {
 		return Settled{}, fmt.Errorf("part.lua returned %d values for %d consumers", len(vals), n)
 	}

@@ -45,6 +45,7 @@ func (e *overloaded) Is(target error) bool { _, ok := target.(*overloaded); retu
 // pipe is one pipeline sent to a shard.
 type pipe struct {
 	calls []*call
+	one   [1]*call // storage of calls for a pipeline of one
 	// sent is when its goroutine began sending it (zero before): time
 	// before that is this node's (a goroutine waiting for a CPU), never
 	// the shard's.
@@ -97,7 +98,7 @@ func (sh *shard) submit(ctx context.Context, calls []*call) {
 	if err != nil {
 		sh.mu.Unlock()
 		for _, c := range calls {
-			c.req.finish(c, failCmd(ctx, err))
+			c.req.finish(c, nil, err)
 		}
 		return
 	}
@@ -117,14 +118,18 @@ func (sh *shard) submit(ctx context.Context, calls []*call) {
 func (sh *shard) kick(now time.Time, self bool) (mine *pipe) {
 	for len(sh.queue) > 0 && len(sh.inflight) < sh.s.opts.Pipelines {
 		n := min(len(sh.queue), sh.s.opts.MaxBatch)
-		batch := make([]*call, n)
-		copy(batch, sh.queue)
+		p := &pipe{}
+		if n == 1 {
+			p.calls = p.one[:]
+		} else {
+			p.calls = make([]*call, n)
+		}
+		copy(p.calls, sh.queue)
 		clear(sh.queue[:n])
 		sh.queue = sh.queue[n:]
 		if len(sh.queue) == 0 {
 			sh.queue = nil
 		}
-		p := &pipe{calls: batch}
 		sh.inflight = append(sh.inflight, p)
 		if self && mine == nil {
 			mine = p
@@ -147,8 +152,9 @@ func (sh *shard) kick(now time.Time, self bool) (mine *pipe) {
 // an idle one costs no CPU.
 func (sh *shard) worker(p *pipe) {
 	defer sh.s.wg.Done()
+	var b sendBuffers
 	for {
-		if p = sh.send(p); p != nil {
+		if p = sh.send(p, &b); p != nil {
 			continue // the next pipeline, queued while p was out
 		}
 		select {
@@ -166,14 +172,19 @@ func (sh *shard) worker(p *pipe) {
 // earlier by a stall judgement, so a slow reply never closes a healthy
 // connection. It returns the next pipeline of the shard for this
 // goroutine to send, if calls queued meanwhile (nil if none).
-func (sh *shard) send(p *pipe) *pipe {
+func (sh *shard) send(p *pipe, b *sendBuffers) *pipe {
 	s := sh.s
 	ctx := deadlineCtx{deadline: time.Now().Add(s.opts.MaxWait)}
-	wire := s.wireCalls(p.calls)
-	sent := make([]*redis.Cmd, len(wire))
-	pl := s.client.Pipeline()
+	wire := s.wireCalls(p.calls, b.wire[:0])
+	b.wire = wire
+	sent := grow(b.sent, len(wire))
+	b.sent = sent
+	if b.pl == nil {
+		b.pl = s.client.Pipeline()
+	}
+	pl := b.pl
 	for i, w := range wire {
-		sent[i] = w.queue(ctx, pl, p.calls, "evalsha", s.hashArg(w.script))
+		sent[i] = w.queue(ctx, pl, p.calls, &s.specs, "evalsha", s.hashArg(w.script))
 	}
 	sh.mu.Lock()
 	p.sent = time.Now()
@@ -188,26 +199,26 @@ func (sh *shard) send(p *pipe) *pipe {
 		}
 	}
 	if len(again) > 0 {
-		pl := s.client.Pipeline()
 		for _, i := range again {
-			sent[i] = wire[i].queue(ctx, pl, p.calls, "eval", lua.Source(wire[i].script))
+			sent[i] = wire[i].queue(ctx, pl, p.calls, &s.specs, "eval", lua.Source(wire[i].script))
 		}
 		_, _ = pl.Exec(ctx)
 	}
-	cmds := make([]*redis.Cmd, len(p.calls))
+	replies := grow(b.replies, len(p.calls))
+	b.replies = replies
 	for i, w := range wire {
-		w.settle(ctx, sent[i], cmds)
+		w.settle(sent[i], replies)
 	}
 	now := time.Now()
 	var failure error
-	for _, c := range cmds {
-		if shardFailure(c.Err()) {
-			failure = c.Err()
+	for _, r := range replies {
+		if shardFailure(r.err) {
+			failure = r.err
 			break
 		}
 	}
 	s.stats.pipelines.Add(1)
-	s.stats.calls.Add(int64(len(cmds)))
+	s.stats.calls.Add(int64(len(replies)))
 
 	sh.mu.Lock()
 	if p.abandoned && failure == nil {
@@ -232,12 +243,33 @@ func (sh *shard) send(p *pipe) *pipe {
 	// The waiters are released before next is sent: they are this
 	// round trip's, and next's calls are not the shard's until sent.
 	for i, c := range p.calls {
-		c.req.finish(c, cmds[i])
+		c.req.finish(c, replies[i].val, replies[i].err)
 	}
+	clear(sent)    // nothing of this round trip stays reachable from b
+	clear(replies) // while the worker waits for the next
+	clear(wire)
 	if failure != nil {
 		s.reloadState()
 	}
 	return next
+}
+
+// sendBuffers are a worker's storage for the pipelines it sends, reused
+// from one to the next: a round trip's go-redis pipeline, its commands
+// and its replies cost no allocation of their own.
+type sendBuffers struct {
+	pl      redis.Pipeliner // Exec empties it for the next
+	wire    []wireCall
+	sent    []*redis.Cmd
+	replies []reply
+}
+
+// grow returns s resized to n, reallocated only when too small.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }
 
 // deadlineCtx is a context that is never cancelled and has a deadline:
@@ -344,7 +376,7 @@ func (sh *shard) failExpired(shed, refused []*call) {
 
 func failAll(calls []*call, err error) {
 	for _, c := range calls {
-		c.req.finish(c, failCmd(context.Background(), err))
+		c.req.finish(c, nil, err)
 	}
 }
 

@@ -125,7 +125,7 @@ func Open(ctx context.Context, addrs []string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// storeScripts are the scripts the store's methods send (evalAll).
+// storeScripts are the scripts the store's methods send (run).
 var storeScripts = []*redis.Script{lua.CheckTB, lua.Check, lua.Refund, lua.Lease, lua.Return, lua.Part}
 
 // warm readies one shard for the first calls of a busy start: it opens
@@ -259,23 +259,25 @@ func (s *Store) Close() error {
 // are returned, but groups other than the failing one may have been
 // taken: that errs on the side of counting too much.
 func (s *Store) Take(ctx context.Context, groups []algorithm.Group) ([]algorithm.Result, error) {
-	cmds, err := s.run(ctx, checkScript(groups...), groups)
+	replies, err := s.runGroups(ctx, checkScript(groups...), groups)
 	if err != nil {
 		return nil, fmt.Errorf("region: take: %w", err)
 	}
-	results := make([]algorithm.Result, len(groups))
+	results, items := resultRoom(groups)
 	var errs []error
 	for i, g := range groups {
 		if len(g) == 0 {
 			results[i] = algorithm.Result{Allowed: true}
 			continue
 		}
-		r, err := parseCheck(cmds[i], len(g))
+		err := replies[i].err
+		if err == nil {
+			err = decodeCheck(replies[i].val, &results[i], items[:len(g):len(g)])
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("group %d (%s): %w", i, g[0].Key, err))
-			continue
 		}
-		results[i] = r
+		items = items[len(g):]
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("region: take: %w", err)
@@ -283,11 +285,29 @@ func (s *Store) Take(ctx context.Context, groups []algorithm.Group) ([]algorithm
 	return results, nil
 }
 
+// resultRoom is the storage of groups' results and their items: one
+// allocation for the common take of one group of up to two keys, two
+// arrays otherwise.
+func resultRoom(groups []algorithm.Group) ([]algorithm.Result, []algorithm.ItemResult) {
+	n := 0
+	for _, g := range groups {
+		n += len(g)
+	}
+	if len(groups) == 1 && n <= 2 {
+		room := new(struct {
+			results [1]algorithm.Result
+			items   [2]algorithm.ItemResult
+		})
+		return room.results[:], room.items[:n]
+	}
+	return make([]algorithm.Result, len(groups)), make([]algorithm.ItemResult, n)
+}
+
 // Refund runs refund.lua once per group, in one pipelined round trip: each
 // existing bucket gets its item's cost back (capped at capacity). Pass the
 // groups exactly as they were passed to a Take that allowed them.
 func (s *Store) Refund(ctx context.Context, groups []algorithm.Group) error {
-	cmds, err := s.run(ctx, lua.Refund, groups)
+	replies, err := s.runGroups(ctx, lua.Refund, groups)
 	if err != nil {
 		return fmt.Errorf("region: refund: %w", err)
 	}
@@ -296,7 +316,7 @@ func (s *Store) Refund(ctx context.Context, groups []algorithm.Group) error {
 		if len(g) == 0 {
 			continue
 		}
-		if err := cmds[i].Err(); err != nil {
+		if err := replies[i].err; err != nil {
 			errs = append(errs, fmt.Errorf("group %d (%s): %w", i, g[0].Key, err))
 		}
 	}
@@ -306,24 +326,33 @@ func (s *Store) Refund(ctx context.Context, groups []algorithm.Group) error {
 	return nil
 }
 
-// run sends script once per non-empty group with EVALSHA in one pipeline;
-// groups whose EVALSHA failed with NOSCRIPT (the script did not run, e.g.
-// after SCRIPT FLUSH or a failover) are sent again with EVAL, which also
-// reloads the cache. cmds[i] is nil for empty groups. Per-command errors
-// are left in the commands; only argument errors are returned.
-func (s *Store) run(ctx context.Context, script *redis.Script, groups []algorithm.Group) ([]*redis.Cmd, error) {
-	keys := make([][]string, len(groups))
-	args := make([][]any, len(groups))
+// runGroups sends script once per non-empty group (run), each group laid
+// out into its wire command when its pipeline is sent. replies[i] is the
+// zero reply for an empty group. Only argument errors are returned:
+// nothing was sent then.
+func (s *Store) runGroups(ctx context.Context, script *redis.Script, groups []algorithm.Group) ([]reply, error) {
 	for i, g := range groups {
 		if len(g) == 0 {
 			continue
 		}
-		var err error
-		if keys[i], args[i], err = s.specs.scriptArgs(g); err != nil {
+		if err := s.specs.checkGroup(g); err != nil {
 			return nil, fmt.Errorf("group %d: %w", i, err)
 		}
 	}
-	return s.evalAll(ctx, script, keys, args), nil
+	r := newRequest(script, len(groups))
+	for i, g := range groups {
+		r.calls[i].group = g
+	}
+	return s.run(ctx, r), nil
+}
+
+// runArgs sends script once per non-nil keys[i], with args[i] (run).
+func (s *Store) runArgs(ctx context.Context, script *redis.Script, keys [][]string, args [][]any) []reply {
+	r := newRequest(script, len(keys))
+	for i := range keys {
+		r.calls[i].keys, r.calls[i].args = keys[i], args[i]
+	}
+	return s.run(ctx, r)
 }
 
 // StoreStats are counts since the store opened.
