@@ -2,88 +2,75 @@ package server
 
 import (
 	"context"
-	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/encoding"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
-	// Registers the "proto" codec this one wraps.
+	// Registers the "proto" codec the wire codec falls back to.
 	_ "google.golang.org/grpc/encoding/proto"
 )
 
-// MalformedIsInvalid returns the server options that answer a request
-// that is not valid protobuf with INVALID_ARGUMENT: it is the caller's
-// fault, and grpc-go answers any codec error with INTERNAL.
+// MalformedIsInvalid returns the server options that install the wire
+// codec (WireCodec) and answer a request that is not valid protobuf with
+// INVALID_ARGUMENT: it is the caller's fault, and grpc-go answers any
+// codec error with INTERNAL.
 //
-// grpc-go wraps whatever the codec returns in an INTERNAL status, so the
-// codec does not fail: it records the error against the message it was
-// decoding, and the interceptors, which see that message next (unary: the
-// request; streams: each RecvMsg), answer it as INVALID_ARGUMENT. The
-// record is removed there, so it lives for one call's decode at most.
-//
-// The codec it wraps is WireCodec: the node's messages are marshalled by
-// vtprotobuf's generated code, the same bytes as protobuf-go's.
+// So on the server the codec does not fail: it empties the message and
+// leaves its decode error in the message itself, as unknown bytes that
+// no decode can produce (see markInvalid). The interceptors, which see
+// the message next (unary: the request; streams: each RecvMsg), answer
+// it as INVALID_ARGUMENT. Nothing outside the message holds the error,
+// so nothing has to be cleaned up.
 func MalformedIsInvalid() []grpc.ServerOption {
-	c := &strictCodec{inner: WireCodec()}
+	c := newWireCodec(true)
 	return []grpc.ServerOption{
 		grpc.ForceServerCodecV2(c),
-		grpc.ChainUnaryInterceptor(c.unary),
-		grpc.ChainStreamInterceptor(c.stream),
+		grpc.ChainUnaryInterceptor(unaryInvalid),
+		grpc.ChainStreamInterceptor(streamInvalid),
 	}
 }
 
-type strictCodec struct {
-	inner encoding.CodecV2
-	bad   sync.Map // message pointer -> its decode error
+// markInvalid empties m and records err in it: its unknown fields become
+// a zero byte (the tag of field 0, which protobuf forbids, so no decoded
+// message has it) followed by err's text.
+func markInvalid(m proto.Message, err error) {
+	proto.Reset(m)
+	m.ProtoReflect().SetUnknown(protoreflect.RawFields(append([]byte{0}, err.Error()...)))
 }
 
-func (c *strictCodec) Name() string { return c.inner.Name() }
-
-func (c *strictCodec) Marshal(v any) (mem.BufferSlice, error) { return c.inner.Marshal(v) }
-
-func (c *strictCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	if err := c.inner.Unmarshal(data, v); err != nil {
-		m, ok := v.(proto.Message)
-		if !ok {
-			return err
-		}
-		proto.Reset(m) // nothing half-decoded reaches a handler
-		c.bad.Store(v, err)
+// invalid returns the INVALID_ARGUMENT status of v if the codec marked
+// it (markInvalid), else nil.
+func invalid(v any) error {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return nil
 	}
-	return nil
-}
-
-// take returns the INVALID_ARGUMENT status for v if it did not decode.
-func (c *strictCodec) take(v any) error {
-	if err, ok := c.bad.LoadAndDelete(v); ok {
-		return status.Errorf(codes.InvalidArgument, "the message is not valid protobuf: %v", err)
+	u := m.ProtoReflect().GetUnknown()
+	if len(u) == 0 || u[0] != 0 {
+		return nil
 	}
-	return nil
+	return status.Errorf(codes.InvalidArgument, "the message is not valid protobuf: %s", u[1:])
 }
 
-func (c *strictCodec) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if err := c.take(req); err != nil {
+func unaryInvalid(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if err := invalid(req); err != nil {
 		return nil, err
 	}
 	return h(ctx, req)
 }
 
-func (c *strictCodec) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	return h(srv, &strictStream{ServerStream: ss, c: c})
+func streamInvalid(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	return h(srv, &strictStream{ss})
 }
 
-type strictStream struct {
-	grpc.ServerStream
-	c *strictCodec
-}
+type strictStream struct{ grpc.ServerStream }
 
 func (s *strictStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	return s.c.take(m)
+	return invalid(m)
 }

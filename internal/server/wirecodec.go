@@ -23,6 +23,9 @@ import (
 // allocations decoding.
 type wireCodec struct {
 	fallback encoding.CodecV2
+	// strict: a message that does not decode is marked (markInvalid)
+	// instead of failing, for the server's interceptors to answer.
+	strict bool
 	// The schemas of plain, by message.
 	request, response, status, batchRequest, batchResponse *wireSchema
 }
@@ -31,10 +34,13 @@ type wireCodec struct {
 // for the node's messages). Clients may use it too
 // (grpc.WithDefaultCallOptions(grpc.ForceCodecV2(...))); it changes
 // nothing on the wire.
-func WireCodec() encoding.CodecV2 {
+func WireCodec() encoding.CodecV2 { return newWireCodec(false) }
+
+func newWireCodec(strict bool) *wireCodec {
 	seen := map[protoreflect.FullName]*wireSchema{}
 	schema := func(m proto.Message) *wireSchema { return newWireSchema(m.ProtoReflect().Descriptor(), seen) }
 	return &wireCodec{
+		strict:        strict,
 		fallback:      encoding.GetCodecV2("proto"),
 		request:       schema(&ratelimitv1.RateLimitRequest{}),
 		response:      schema(&ratelimitv1.RateLimitResponse{}),
@@ -86,6 +92,17 @@ func (c *wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (c *wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	err := c.unmarshal(data, v)
+	if err != nil && c.strict {
+		if m, ok := v.(proto.Message); ok {
+			markInvalid(m, err) // nothing half-decoded reaches a handler
+			return nil
+		}
+	}
+	return err
+}
+
+func (c *wireCodec) unmarshal(data mem.BufferSlice, v any) error {
 	var sc *wireSchema
 	switch v.(type) {
 	case *ratelimitv1.RateLimitRequest:
