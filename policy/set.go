@@ -9,13 +9,19 @@ import (
 	"github.com/allot-dev/allot/internal/bucket"
 )
 
-// Request is what a policy is matched against. The server fills it from
-// the wire request after validating it.
+// Request is what a policy is matched against: one check, from the
+// decoded wire message to its decision. A face fills it with the
+// fields as sent and validates it in place (decide.Validate) before
+// anything matches it.
 type Request struct {
 	Tenant string
 	Client string
 	Route  string
 	Method string
+	// IPText is the client IP as it was sent; IP is what matching reads,
+	// parsed from it by the validation of the face that took the request
+	// (decide.Validate).
+	IPText string
 	IP     netip.Addr
 	Tier   string
 	Cost   int64 // > 0 overrides the route's cost

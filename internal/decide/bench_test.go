@@ -39,7 +39,8 @@ func benchDecider(b *testing.B, store decide.Store) *decide.Decider {
 // BenchmarkStandaloneDecision is one decision on the in-process store.
 func BenchmarkStandaloneDecision(b *testing.B) {
 	d := benchDecider(b, memstore.New(nil))
-	r, err := (&decide.Input{Tenant: "org_bench"}).Request()
+	r := decide.Request{Tenant: "org_bench"}
+	err := decide.Validate(&r)
 	require.NoError(b, err)
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -78,7 +79,8 @@ func runConcurrent(b *testing.B, d *decide.Decider, conc int) {
 func tenantRequests(b *testing.B, n int) []decide.Request {
 	reqs := make([]decide.Request, n)
 	for i := range reqs {
-		r, err := (&decide.Input{Tenant: fmt.Sprintf("org_%d", i)}).Request()
+		r := decide.Request{Tenant: fmt.Sprintf("org_%d", i)}
+		err := decide.Validate(&r)
 		require.NoError(b, err)
 		reqs[i] = r
 	}
@@ -161,8 +163,8 @@ policies:
 `))
 	require.NoError(b, err)
 	d := decide.New(decide.Config{Store: st, Policies: set, Leases: m})
-	r, err := (&decide.Input{Tenant: "org_bench", Route: "/v1/x", Method: "GET"}).Request()
-	require.NoError(b, err)
+	r := decide.Request{Tenant: "org_bench", Route: "/v1/x", Method: "GET"}
+	require.NoError(b, decide.Validate(&r))
 	ctx := context.Background()
 	// Warm: the first takes wait for the key's first grants.
 	for range 1000 {

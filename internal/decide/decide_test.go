@@ -48,11 +48,10 @@ func newDecider(t *testing.T, store decide.Store) *decide.Decider {
 	return decide.New(decide.Config{Store: store, Policies: set})
 }
 
-func check(t *testing.T, d *decide.Decider, in decide.Input) decide.Decision {
+func check(t *testing.T, d *decide.Decider, in decide.Request) decide.Decision {
 	t.Helper()
-	r, err := in.Request()
-	require.NoError(t, err)
-	dec, err := d.Check(context.Background(), &r)
+	require.NoError(t, decide.Validate(&in))
+	dec, err := d.Check(context.Background(), &in)
 	require.NoError(t, err)
 	return dec
 }
@@ -61,7 +60,7 @@ func TestDenialByDailyLimitBurnsNoPerSecondTokensNorOtherSubjects(t *testing.T) 
 	clk := fakeclock.New(time.Unix(1_700_000_000, 0))
 	store := memstore.New(clk.Now)
 	d := newDecider(t, store)
-	in := decide.Input{Tenant: "t1", IP: "192.0.2.1"}
+	in := decide.Request{Tenant: "t1", IPText: "192.0.2.1"}
 	// The per_second bucket (burst 10) allows 10 at once; the day allows 12.
 	allowed := 0
 	for range 10 {
@@ -93,7 +92,7 @@ func TestDenialByDailyLimitBurnsNoPerSecondTokensNorOtherSubjects(t *testing.T) 
 	}
 	assert.Equal(t, int64(3), perSecond.Remaining)
 	assert.False(t, perSecond.Violated)
-	dec2 := check(t, d, decide.Input{Tenant: "t2", IP: "192.0.2.1"})
+	dec2 := check(t, d, decide.Request{Tenant: "t2", IPText: "192.0.2.1"})
 	require.Equal(t, decide.Allowed, dec2.Outcome)
 	for _, st := range dec2.Statuses {
 		if st.PolicyID == "ip" {
@@ -118,7 +117,7 @@ policies:
 `))
 	require.NoError(t, err)
 	d := decide.New(decide.Config{Store: memstore.New(clk.Now), Policies: set})
-	in := decide.Input{Tenant: "t1", Route: "/v1/transfers", Method: "post"}
+	in := decide.Request{Tenant: "t1", Route: "/v1/transfers", Method: "post"}
 	dec := check(t, d, in) // cost 10 takes the whole burst
 	require.Equal(t, decide.Allowed, dec.Outcome)
 	assert.Equal(t, int64(0), dec.Remaining)
@@ -134,7 +133,7 @@ policies:
 
 func TestCostAboveCapacityNeverPasses(t *testing.T) {
 	d := newDecider(t, memstore.New(nil))
-	dec := check(t, d, decide.Input{Tenant: "t1", Cost: 11})
+	dec := check(t, d, decide.Request{Tenant: "t1", Cost: 11})
 	require.Equal(t, decide.Throttled, dec.Outcome)
 	assert.Contains(t, dec.Reason, "exceeds its capacity")
 	assert.Equal(t, time.Duration(0), dec.RetryAfter)
@@ -143,7 +142,7 @@ func TestCostAboveCapacityNeverPasses(t *testing.T) {
 
 func TestShadowPolicyNeverDeniesButReports(t *testing.T) {
 	d := newDecider(t, memstore.New(nil))
-	in := decide.Input{Tenant: "t1"}
+	in := decide.Request{Tenant: "t1"}
 	require.Equal(t, decide.Allowed, check(t, d, in).Outcome)
 	dec := check(t, d, in) // the shadow limit (burst 1) would deny now
 	assert.Equal(t, decide.Allowed, dec.Outcome)
@@ -155,7 +154,7 @@ func TestNoMatchingPolicyIsAllowed(t *testing.T) {
 	set, err := policy.Load("empty", []byte(`policies: [{id: x, match: {tenant: only}, limits: [{name: a, algorithm: token_bucket, limit: 1, period: 1s}]}]`))
 	require.NoError(t, err)
 	d := decide.New(decide.Config{Store: memstore.New(nil), Policies: set})
-	dec := check(t, d, decide.Input{Tenant: "other"})
+	dec := check(t, d, decide.Request{Tenant: "other"})
 	assert.Equal(t, decide.Allowed, dec.Outcome)
 	assert.Empty(t, dec.Statuses)
 }
@@ -175,8 +174,8 @@ policies:
 `))
 	require.NoError(t, err)
 	d := decide.New(decide.Config{Store: failingStore{}, Policies: set})
-	assert.Equal(t, decide.FailedOpen, check(t, d, decide.Input{Tenant: "t"}).Outcome)
-	dec := check(t, d, decide.Input{Tenant: "t", Client: "u", Route: "/login"})
+	assert.Equal(t, decide.FailedOpen, check(t, d, decide.Request{Tenant: "t"}).Outcome)
+	dec := check(t, d, decide.Request{Tenant: "t", Client: "u", Route: "/login"})
 	assert.Equal(t, decide.Throttled, dec.Outcome)
 	assert.Contains(t, dec.Reason, "unavailable")
 }
@@ -184,7 +183,7 @@ policies:
 func TestReloadKeepsCounters(t *testing.T) {
 	clk := fakeclock.New(time.Unix(1_700_000_000, 0))
 	d := newDecider(t, memstore.New(clk.Now))
-	in := decide.Input{Tenant: "t1"}
+	in := decide.Request{Tenant: "t1"}
 	for range 10 {
 		check(t, d, in)
 	}
@@ -209,23 +208,24 @@ policies:
 func TestInputValidation(t *testing.T) {
 	long := string(make([]byte, decide.MaxIdentityLen+1))
 	cases := []struct {
-		in    decide.Input
+		in    decide.Request
 		field string
 	}{
-		{decide.Input{}, "tenant_id"},
-		{decide.Input{Tenant: "t", Cost: -1}, "token_cost"},
-		{decide.Input{Tenant: "t", Cost: decide.MaxCost + 1}, "token_cost"},
-		{decide.Input{Tenant: long}, "tenant_id"},
-		{decide.Input{Tenant: "t", Client: "\xff"}, "client_identifier"},
-		{decide.Input{Tenant: "t", IP: "1.2.3"}, "ip"},
+		{decide.Request{}, "tenant_id"},
+		{decide.Request{Tenant: "t", Cost: -1}, "token_cost"},
+		{decide.Request{Tenant: "t", Cost: decide.MaxCost + 1}, "token_cost"},
+		{decide.Request{Tenant: long}, "tenant_id"},
+		{decide.Request{Tenant: "t", Client: "\xff"}, "client_identifier"},
+		{decide.Request{Tenant: "t", IPText: "1.2.3"}, "ip"},
 	}
 	for _, c := range cases {
-		_, err := c.in.Request()
+		err := decide.Validate(&c.in)
 		var bad *decide.InvalidError
 		require.ErrorAs(t, err, &bad, "%+v", c.in)
 		assert.Equal(t, c.field, bad.Field)
 	}
-	r, err := (&decide.Input{IP: "::ffff:10.0.0.1", Method: "get"}).Request()
+	r := decide.Request{IPText: "::ffff:10.0.0.1", Method: "get"}
+	err := decide.Validate(&r)
 	require.NoError(t, err)
 	assert.Equal(t, "10.0.0.1", r.IP.String())
 	assert.Equal(t, "GET", r.Method)
@@ -247,19 +247,18 @@ func FuzzInput(f *testing.F) {
 	f.Fuzz(func(t *testing.T, who, what, ip, tier string, cost int64) {
 		tenant, client, _ := strings.Cut(who, "\x00")
 		route, method, _ := strings.Cut(what, "\x00")
-		in := decide.Input{Tenant: tenant, Client: client, Route: route, Method: method, IP: ip, Tier: tier, Cost: cost}
-		r, err := in.Request()
-		if err != nil {
+		in := decide.Request{Tenant: tenant, Client: client, Route: route, Method: method, IPText: ip, Tier: tier, Cost: cost}
+		if err := decide.Validate(&in); err != nil {
 			return
 		}
-		if _, err := d.Check(context.Background(), &r); err != nil {
+		if _, err := d.Check(context.Background(), &in); err != nil {
 			t.Fatalf("valid input %+v: %v", in, err)
 		}
 	})
 }
 
 // countAllowed sends in n times and counts the allowed answers.
-func countAllowed(t *testing.T, d *decide.Decider, in decide.Input, n int) int {
+func countAllowed(t *testing.T, d *decide.Decider, in decide.Request, n int) int {
 	t.Helper()
 	allowed := 0
 	for range n {
@@ -278,9 +277,9 @@ policies:
 `))
 	require.NoError(t, err)
 	d := decide.New(decide.Config{Store: memstore.New(nil), Policies: set, Regions: 3})
-	allowed := countAllowed(t, d, decide.Input{Tenant: "t"}, 40)
+	allowed := countAllowed(t, d, decide.Request{Tenant: "t"}, 40)
 	assert.Equal(t, 10, allowed, "a global limit of 30 in one of 3 regions admits its share, 10")
-	dec := check(t, d, decide.Input{Client: "c"})
+	dec := check(t, d, decide.Request{Client: "c"})
 	assert.Equal(t, int64(30), dec.Limit, "a regional limit is not divided")
 }
 
@@ -322,10 +321,10 @@ policies:
 `))
 	require.NoError(t, err)
 	d := decide.New(decide.Config{Store: memstore.New(nil), Policies: set, Regions: 3})
-	allowed := countAllowed(t, d, decide.Input{Tenant: "q", Client: "c"}, 40)
+	allowed := countAllowed(t, d, decide.Request{Tenant: "q", Client: "c"}, 40)
 	assert.Equal(t, 30, allowed, "a global quota of 30 is not divided by the regions")
 	for range 12 {
-		check(t, d, decide.Input{Tenant: "t", IP: "10.0.0.1"})
+		check(t, d, decide.Request{Tenant: "t", IPText: "10.0.0.1"})
 	}
 
 	got := map[string][2]int64{}

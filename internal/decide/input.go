@@ -2,6 +2,7 @@ package decide
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"unicode/utf8"
 
@@ -17,34 +18,30 @@ const (
 	MaxCost        = policy.MaxCost
 )
 
-// Input is a check request as it arrives on the wire, before validation.
-type Input struct {
-	Tenant string
-	Client string
-	Route  string
-	Method string
-	IP     string
-	Tier   string
-	Cost   int64
-}
+// Request is a check request: a face fills it with the fields as sent
+// (the IP as text in IPText) and Validate readies it for a decision.
+// One type from the decoded message to the decision, so that no face
+// copies a request into another shape.
+type Request = policy.Request
 
-// Field is the field of in that f names, nil if f names none: the one
-// mapping of policy fields onto a check's input, for the faces that build
-// an Input from named fields (Envoy descriptors, RLQS bucket ids).
-func (in *Input) Field(f policy.Field) *string {
+// Field is the field of r that f names as it is sent (the IP as text),
+// nil if f names none: the one mapping of policy fields onto a check, for
+// the faces that fill a request from named fields (Envoy descriptors,
+// RLQS bucket ids).
+func Field(r *Request, f policy.Field) *string {
 	switch f {
 	case policy.FieldTenant:
-		return &in.Tenant
+		return &r.Tenant
 	case policy.FieldClient:
-		return &in.Client
+		return &r.Client
 	case policy.FieldRoute:
-		return &in.Route
+		return &r.Route
 	case policy.FieldMethod:
-		return &in.Method
+		return &r.Method
 	case policy.FieldIP:
-		return &in.IP
+		return &r.IPText
 	case policy.FieldTier:
-		return &in.Tier
+		return &r.Tier
 	}
 	return nil
 }
@@ -62,50 +59,42 @@ func invalid(field, format string, args ...any) *InvalidError {
 	return &InvalidError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
-// Request validates in and returns the policy request it describes, or an
+// Validate checks r as it was sent and readies it for a decision in
+// place: the method upper-cased, IPText parsed into IP. It returns an
 // *InvalidError naming the first field at fault.
-func (in *Input) Request() (policy.Request, error) {
+func Validate(r *Request) error {
 	for _, f := range [...]struct {
 		name, val string
 		max       int
 	}{
-		{"tenant_id", in.Tenant, MaxIdentityLen},
-		{"client_identifier", in.Client, MaxIdentityLen},
-		{"tier", in.Tier, MaxIdentityLen},
-		{"route", in.Route, MaxRouteLen},
-		{"method", in.Method, MaxMethodLen},
-		{"ip", in.IP, 64},
+		{"tenant_id", r.Tenant, MaxIdentityLen},
+		{"client_identifier", r.Client, MaxIdentityLen},
+		{"tier", r.Tier, MaxIdentityLen},
+		{"route", r.Route, MaxRouteLen},
+		{"method", r.Method, MaxMethodLen},
+		{"ip", r.IPText, 64},
 	} {
 		if len(f.val) > f.max {
-			return policy.Request{}, invalid(f.name, "longer than %d bytes", f.max)
+			return invalid(f.name, "longer than %d bytes", f.max)
 		}
 		if !utf8.ValidString(f.val) {
-			return policy.Request{}, invalid(f.name, "not valid UTF-8")
+			return invalid(f.name, "not valid UTF-8")
 		}
 	}
-	if in.Tenant == "" && in.Client == "" && in.IP == "" {
-		return policy.Request{}, invalid("tenant_id", "empty identity: set at least one of tenant_id, client_identifier, ip")
+	if r.Tenant == "" && r.Client == "" && r.IPText == "" {
+		return invalid("tenant_id", "empty identity: set at least one of tenant_id, client_identifier, ip")
 	}
-	if in.Cost < 0 || in.Cost > MaxCost {
-		return policy.Request{}, invalid("token_cost", "%d out of range [0, %d] (0 means the route's cost)", in.Cost, MaxCost)
+	if r.Cost < 0 || r.Cost > MaxCost {
+		return invalid("token_cost", "%d out of range [0, %d] (0 means the route's cost)", r.Cost, MaxCost)
 	}
-	r := policy.Request{
-		Tenant: in.Tenant,
-		Client: in.Client,
-		Route:  in.Route,
-		Method: strings.ToUpper(in.Method),
-		Tier:   in.Tier,
-		Cost:   in.Cost,
-	}
-	if in.IP != "" {
-		a, err := policy.ParseIP(in.IP)
+	r.Method = strings.ToUpper(r.Method) // no copy when already upper case
+	r.IP = netip.Addr{}
+	if r.IPText != "" {
+		a, err := policy.ParseIP(r.IPText)
 		if err != nil {
-			return policy.Request{}, invalid("ip", "not an IP address: %q", in.IP)
+			return invalid("ip", "not an IP address: %q", r.IPText)
 		}
 		r.IP = a
 	}
-	return r, nil
+	return nil
 }
-
-// Request is a validated check request.
-type Request = policy.Request

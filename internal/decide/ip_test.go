@@ -35,7 +35,7 @@ policies:
 		{"10.0.0.1", "::ffff:10.0.0.1", "::FFFF:10.0.0.1", "::ffff:a00:1"},
 	} {
 		for i, ip := range spellings {
-			dec := check(t, d, decide.Input{IP: ip})
+			dec := check(t, d, decide.Request{IPText: ip})
 			require.NotEmpty(t, dec.Statuses, "%s: no policy matched", ip)
 			if i < 3 {
 				assert.Equal(t, decide.Allowed, dec.Outcome, ip)

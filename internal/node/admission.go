@@ -27,12 +27,15 @@ type admission struct {
 	n    atomic.Int64
 }
 
-func (a *admission) Check(ctx context.Context, r *decide.Request) (decide.Decision, error) {
+// CheckAppend admits r (or sheds it) and passes it on with buf, so that
+// a check passing through the bound keeps the decider's
+// allocation-free path (server.Checker).
+func (a *admission) CheckAppend(ctx context.Context, r *decide.Request, buf []decide.Status) (decide.Decision, error) {
 	if !a.enter() {
 		return decide.Decision{}, shedError{a.max}
 	}
 	defer a.leave()
-	return a.next.Check(ctx, r)
+	return a.next.CheckAppend(ctx, r, buf)
 }
 
 // enter takes an in-flight slot, or reports that none is free; leave

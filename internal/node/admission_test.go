@@ -16,7 +16,7 @@ type blockingChecker struct {
 	release chan struct{}
 }
 
-func (b *blockingChecker) Check(context.Context, *decide.Request) (decide.Decision, error) {
+func (b *blockingChecker) CheckAppend(context.Context, *decide.Request, []decide.Status) (decide.Decision, error) {
 	b.entered <- struct{}{}
 	<-b.release
 	return decide.Decision{Outcome: decide.Allowed}, nil
@@ -30,12 +30,12 @@ func TestAdmissionShedsBeyondTheBound(t *testing.T) {
 	done := make(chan error, 2)
 	for range 2 {
 		go func() {
-			_, err := a.Check(context.Background(), &decide.Request{})
+			_, err := a.CheckAppend(context.Background(), &decide.Request{}, nil)
 			done <- err
 		}()
 		<-b.entered
 	}
-	_, err := a.Check(context.Background(), &decide.Request{})
+	_, err := a.CheckAppend(context.Background(), &decide.Request{}, nil)
 	require.Error(t, err)
 	assert.True(t, decide.IsOverloaded(err), "shed: %v", err)
 	close(b.release)
@@ -43,7 +43,7 @@ func TestAdmissionShedsBeyondTheBound(t *testing.T) {
 		require.NoError(t, <-done)
 	}
 	go func() { <-b.entered }()
-	dec, err := a.Check(context.Background(), &decide.Request{})
+	dec, err := a.CheckAppend(context.Background(), &decide.Request{}, nil)
 	require.NoError(t, err)
 	assert.Equal(t, decide.Allowed, dec.Outcome)
 	assert.Equal(t, int64(0), a.n.Load())

@@ -10,7 +10,7 @@ import (
 
 type undoCounter struct{ undone int }
 
-func (u *undoCounter) Check(context.Context, *decide.Request) (decide.Decision, error) {
+func (u *undoCounter) CheckAppend(context.Context, *decide.Request, []decide.Status) (decide.Decision, error) {
 	return decide.Decision{}, nil
 }
 

@@ -45,7 +45,7 @@ func bucketID(id *rlqsv3.BucketId, keys map[string]policy.Field) (string, policy
 	}
 	slices.Sort(names)
 	var b strings.Builder
-	var in decide.Input
+	var req decide.Request
 	seen := map[*string]bool{}
 	for _, k := range names {
 		v := m[k]
@@ -53,7 +53,7 @@ func bucketID(id *rlqsv3.BucketId, keys map[string]policy.Field) (string, policy
 		b.WriteByte('=')
 		b.WriteString(v)
 		b.WriteByte(0)
-		p := in.Field(keys[k])
+		p := decide.Field(&req, keys[k])
 		if p == nil {
 			return "", policy.Request{}, fmt.Errorf("bucket id key %q names no check field (known: %s)", k, known(keys))
 		}
@@ -63,8 +63,7 @@ func bucketID(id *rlqsv3.BucketId, keys map[string]policy.Field) (string, policy
 		seen[p] = true
 		*p = v
 	}
-	req, err := in.Request()
-	if err != nil {
+	if err := decide.Validate(&req); err != nil {
 		return "", policy.Request{}, fmt.Errorf("bucket id: %w", err)
 	}
 	return b.String(), req, nil

@@ -23,16 +23,7 @@ type deadlineAt struct {
 	n, calls int
 }
 
-func (c *deadlineAt) Check(ctx context.Context, r *decide.Request) (decide.Decision, error) {
-	c.calls++
-	if c.calls == c.n {
-		return decide.Decision{}, context.DeadlineExceeded
-	}
-	return c.Decider.Check(ctx, r)
-}
-
-// CheckAppend is the batch's way in (server.AppendChecker): the promoted
-// method would skip the deadline.
+// CheckAppend is the servers' way in (server.Checker).
 func (c *deadlineAt) CheckAppend(ctx context.Context, r *decide.Request, buf []decide.Status) (decide.Decision, error) {
 	c.calls++
 	if c.calls == c.n {
@@ -60,8 +51,8 @@ policies:
 	_, err = s.CheckRateLimitBatch(context.Background(), &ratelimitv1.BatchRateLimitRequest{Requests: reqs})
 	require.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
 
-	r, err := (&decide.Input{Tenant: "a", Client: "c"}).Request()
-	require.NoError(t, err)
+	r := decide.Request{Tenant: "a", Client: "c"}
+	require.NoError(t, decide.Validate(&r))
 	dec, err := d.Check(context.Background(), &r)
 	require.NoError(t, err)
 	require.Len(t, dec.Statuses, 2)

@@ -99,7 +99,7 @@ func (s *Envoy) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest)
 	answers := make([]*ratelimitv1.RateLimitResponse, len(reqs))
 	for i := range reqs {
 		start := time.Now()
-		d, err := s.checker.Check(ctx, &reqs[i])
+		d, err := s.checker.CheckAppend(ctx, &reqs[i], nil)
 		if s.observe != nil {
 			s.observe(ctx, Event{Face: "envoy", Decision: decisionOrNil(&d, err), Err: err, Elapsed: time.Since(start)})
 		}
@@ -156,9 +156,9 @@ func (s *Envoy) request(d *ratelimitcommonv3.RateLimitDescriptor, hits uint32) (
 	if d.GetIsNegativeHits() {
 		return decide.Request{}, &decide.InvalidError{Field: "is_negative_hits", Msg: "not supported: Allot does not refund on request"}
 	}
-	in := decide.Input{Cost: int64(hits)}
+	r := decide.Request{Cost: int64(hits)}
 	if ha := d.GetHitsAddend(); ha != nil {
-		in.Cost = int64(min(ha.GetValue(), uint64(decide.MaxCost)+1)) // out of range stays out of range
+		r.Cost = int64(min(ha.GetValue(), uint64(decide.MaxCost)+1)) // out of range stays out of range
 	}
 	seen := map[policy.Field]bool{}
 	for j, e := range d.GetEntries() {
@@ -170,11 +170,11 @@ func (s *Envoy) request(d *ratelimitcommonv3.RateLimitDescriptor, hits uint32) (
 			return decide.Request{}, &decide.InvalidError{Field: fmt.Sprintf("entries[%d]", j), Msg: fmt.Sprintf("key %q sets %s twice", e.GetKey(), f)}
 		}
 		seen[f] = true
-		if p := in.Field(f); p != nil {
+		if p := decide.Field(&r, f); p != nil {
 			*p = e.GetValue()
 		}
 	}
-	return in.Request()
+	return r, decide.Validate(&r)
 }
 
 // descriptorStatus describes d's deciding limit; a descriptor no

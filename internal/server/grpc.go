@@ -34,32 +34,24 @@ const MaxBatch = 1000
 const MaxMessageBytes = MaxBatch*maxCheckBytes + 64<<10
 
 // maxCheckBytes bounds one legal check on the wire: the field limits of
-// decide.Input (2,048 + 3 x 256 + 64 + 16 bytes) plus tags, lengths and,
+// decide.Validate (2,048 + 3 x 256 + 64 + 16 bytes) plus tags, lengths and,
 // for Envoy, the entries' key names.
 const maxCheckBytes = 3200
 
-// Checker decides one validated request. *decide.Decider is one.
+// Checker decides one validated request, building the decision's
+// statuses in the storage of buf (Statuses is append(buf[:0], ...)): a
+// single check gives room inside its answer's allocation and a batch
+// one array for all its checks, so a check costs no allocation of its
+// own for them; nil gives none. *decide.Decider is one (CheckAppend).
 type Checker interface {
-	Check(ctx context.Context, r *decide.Request) (decide.Decision, error)
+	CheckAppend(ctx context.Context, r *decide.Request, buf []decide.Status) (decide.Decision, error)
 }
 
 // GRPC implements ratelimitv1.RateLimiterServiceServer.
 type GRPC struct {
 	ratelimitv1.UnimplementedRateLimiterServiceServer
-	checker  Checker
-	appender AppendChecker // checker, when it is one
-	observe  func(ctx context.Context, ev Event)
-}
-
-// AppendChecker is a Checker that can build a decision's statuses in
-// storage the caller gives (decide.Decider.CheckAppend): Statuses is
-// append(buf[:0], ...). A batch gives all its checks one array, so a
-// check costs no allocation of its own. *decide.Decider is one; a
-// wrapper that embeds it and overrides Check must override CheckAppend
-// too, or batches reach the embedded one directly.
-type AppendChecker interface {
-	Checker
-	CheckAppend(ctx context.Context, r *decide.Request, buf []decide.Status) (decide.Decision, error)
+	checker Checker
+	observe func(ctx context.Context, ev Event)
 }
 
 // GRPCOptions configure the gRPC service. The zero value is usable.
@@ -74,7 +66,6 @@ type GRPCOptions struct {
 // is used), so existing callers need no change.
 func NewGRPC(c Checker, opts ...GRPCOptions) *GRPC {
 	s := &GRPC{checker: c}
-	s.appender, _ = c.(AppendChecker)
 	if len(opts) > 0 {
 		s.observe = opts[0].Observe
 	}
@@ -90,14 +81,12 @@ func (s *GRPC) CheckRateLimit(ctx context.Context, in *ratelimitv1.RateLimitRequ
 	// One allocation holds the request, the decision's statuses and the
 	// answer (the request escapes through the Checker interface).
 	a := new(wireAnswer)
-	fields := input(in)
-	var err error
-	a.req, err = fields.Request()
-	if err != nil {
+	a.req = request(in)
+	if err := decide.Validate(&a.req); err != nil {
 		s.observeErr(ctx, err, start)
 		return nil, grpcError(err)
 	}
-	d, err := s.check(ctx, &a.req, a.statuses[:0])
+	d, err := s.checker.CheckAppend(ctx, &a.req, a.statuses[:0])
 	if err != nil {
 		s.observeErr(ctx, err, start)
 		return nil, grpcError(err)
@@ -106,15 +95,6 @@ func (s *GRPC) CheckRateLimit(ctx context.Context, in *ratelimitv1.RateLimitRequ
 		s.observeDecision(ctx, d, start)
 	}
 	return a.fill(&d), nil
-}
-
-// check decides r, with its statuses in buf's storage when the checker
-// can (AppendChecker).
-func (s *GRPC) check(ctx context.Context, r *decide.Request, buf []decide.Status) (decide.Decision, error) {
-	if s.appender != nil {
-		return s.appender.CheckAppend(ctx, r, buf)
-	}
-	return s.checker.Check(ctx, r)
 }
 
 // observeDecision takes d by value: a pointer to the caller's d would
@@ -150,13 +130,11 @@ func (s *GRPC) CheckRateLimitBatch(ctx context.Context, in *ratelimitv1.BatchRat
 	}
 	reqs := make([]decide.Request, len(in.GetRequests()))
 	for i, rq := range in.GetRequests() {
-		fields := input(rq)
-		r, err := fields.Request()
-		if err != nil {
+		reqs[i] = request(rq)
+		if err := decide.Validate(&reqs[i]); err != nil {
 			s.observeErr(ctx, err, time.Now())
 			return nil, status.Errorf(codes.InvalidArgument, "requests[%d].%v", i, err)
 		}
-		reqs[i] = r
 	}
 	n := len(reqs)
 	// What undo needs of each decision; Statuses are not kept (their
@@ -164,7 +142,7 @@ func (s *GRPC) CheckRateLimitBatch(ctx context.Context, in *ratelimitv1.BatchRat
 	decided := make([]decide.Decision, n)
 	msgs := make([]ratelimitv1.RateLimitResponse, n)
 	out := &ratelimitv1.BatchRateLimitResponse{Responses: make([]*ratelimitv1.RateLimitResponse, n)}
-	// Every check builds its statuses in buf (AppendChecker) and they go
+	// Every check builds its statuses in buf (Checker) and they go
 	// to the wire at once, into the arrays of wire.
 	buf := make([]decide.Status, 0, batchStatusRoom)
 	var wire wireStatuses
@@ -173,7 +151,7 @@ func (s *GRPC) CheckRateLimitBatch(ctx context.Context, in *ratelimitv1.BatchRat
 		if s.observe != nil {
 			start = time.Now()
 		}
-		d, err := s.check(ctx, &reqs[i], buf)
+		d, err := s.checker.CheckAppend(ctx, &reqs[i], buf)
 		if err != nil {
 			s.observeErr(ctx, err, start)
 			s.undo(ctx, reqs[:i], decided[:i])
@@ -241,15 +219,14 @@ func (s *GRPC) undo(ctx context.Context, reqs []decide.Request, decided []decide
 	}
 }
 
-// input is the wire request's fields. It returns a value, not a pointer:
-// a pointer would escape to the heap on every check.
-func input(in *ratelimitv1.RateLimitRequest) decide.Input {
-	return decide.Input{
+// request is the wire request's fields as sent, for decide.Validate.
+func request(in *ratelimitv1.RateLimitRequest) decide.Request {
+	return decide.Request{
 		Tenant: in.GetTenantId(),
 		Client: in.GetClientIdentifier(),
 		Route:  in.GetRoute(),
 		Method: in.GetMethod(),
-		IP:     in.GetIp(),
+		IPText: in.GetIp(),
 		Tier:   in.GetTier(),
 		Cost:   int64(in.GetTokenCost()),
 	}

@@ -110,13 +110,12 @@ func (s *HTTP) decide(w http.ResponseWriter, r *http.Request) (*decide.Decision,
 		s.httpError(w, r, err, r.URL.Path)
 		return nil, err
 	}
-	fields := input(in)
-	req, err := fields.Request()
-	if err != nil {
+	req := request(in)
+	if err := decide.Validate(&req); err != nil {
 		s.httpError(w, r, err, r.URL.Path)
 		return nil, err
 	}
-	d, err := s.checker.Check(r.Context(), &req)
+	d, err := s.checker.CheckAppend(r.Context(), &req, nil)
 	if err != nil {
 		s.httpError(w, r, err, r.URL.Path)
 		return nil, err
