@@ -2,14 +2,16 @@
 // Redis Cluster), which holds the authoritative bucket state for the
 // region.
 //
-// It owns: connecting (and detecting cluster mode), turning algorithm
-// Groups (Take, Refund: the decider's decide.Store) and lease Groups
-// (Lease, Return: the lease manager's lease.Source) into calls of the
-// scripts in package lua, pipelining those calls into one round trip
-// (call.go, pipeline.go), a breaker per shard (breaker.go, stall.go,
-// health.go), recovering from a flushed script cache and a failover
-// (script.go, failover.go), settling RLQS parts (part.go), and turning
-// replies back into algorithm Results and lease Replies.
+// It owns: connecting (options.go, dial.go, conn.go; detecting cluster
+// mode), turning algorithm Groups (Take, Refund: the decider's
+// decide.Store) and lease Groups (Lease, Return: the lease manager's
+// lease.Source) into calls of the scripts in package lua, laid out
+// straight into their wire commands (args.go, script.go), pipelining
+// those calls into one round trip per shard (call.go, pipeline.go), a
+// breaker per shard (breaker.go, stall.go, health.go), recovering from a
+// flushed script cache and a failover (pipeline.go, failover.go),
+// settling RLQS parts (part.go), and decoding replies straight into
+// algorithm Results and lease Replies.
 //
 // It must not: decide policy (which keys, limits or costs apply), keep
 // bucket state or clocks of its own (Redis TIME is the only clock), retry

@@ -1,12 +1,15 @@
-// Package decide turns a validated request into a decision: it asks the
-// current policy set which limits apply, groups them by subject, takes the
-// request's cost from the store all-or-nothing, and says why it allowed or
-// throttled.
+// Package decide turns a request into a decision: it validates the
+// request as sent (Validate), asks the current policy set which limits
+// apply, groups them by subject, takes the request's cost from the store
+// all-or-nothing (exact policies) or from the node's leases (leased ones),
+// applies on_store_failure when the store fails, and says why it allowed
+// or throttled.
 //
-// decide owns no bucket state (the store does) and no wire format
-// (package server does); it keeps only per-key counts of what the exact
-// path admitted and denied (demand.go), the demand the coordinator
-// drains. It must never panic on any input that passed validation.
+// It owns the decision and the per-key counts of what the exact path
+// admitted and denied of global keys (demand.go), which the coordinator
+// drains. It must not keep bucket state (the store and the lease manager
+// do), know a wire format (package server does), or panic on any request
+// that passed Validate.
 package decide
 
 import (

@@ -1,11 +1,16 @@
-// Package node assembles a rate-limit node: the policy set and its live
-// reloads (policies.go), the store (Redis or in-process) and what happens
-// when it fails (resilience.go, crash.go), the decider, admission control
-// (admission.go, grpclimits.go), the gRPC listener with health and
-// reflection, the HTTP face (http.go), RLQS (rlqs.go), multi-region
-// shares (multiregion.go), TLS and telemetry. cmd/node parses flags into a
+// Package node assembles a rate-limit node from the other packages: the
+// policy set and its live reloads (policies.go), the store (Redis or in
+// process) and what happens when it fails (resilience.go, crash.go), the
+// decider, admission control (admission.go, grpclimits.go), the gRPC
+// listener with health (health.go) and reflection, the HTTP face
+// (http.go), RLQS (rlqs.go), multi-region shares (multiregion.go), TLS
+// (tls.go) and telemetry (telemetry.go). cmd/node parses flags into a
 // Config and runs it; tests and the sandbox start nodes in process the
 // same way.
+//
+// It owns the wiring and the node's lifecycle (start, drain, stop). It
+// must not decide checks, speak a wire format or hold counters itself:
+// those belong to decide, server and the stores it wires.
 package node
 
 import (

@@ -1,10 +1,15 @@
 // Package server turns wire requests into checks and decisions into wire
 // answers, on every face a node serves: the gRPC RateLimiterService of the
 // seed's contract (grpc.go), its HTTP face with problem+json errors
-// (http.go), Envoy's RLS (envoy.go), and the gRPC codecs that decode
-// requests and encode answers without reflection (codec.go, wirecodec.go).
-// It owns the mapping of errors to status codes; validation lives in
-// decide.Input, deciding in decide.Decider.
+// (http.go), Envoy's RLS (envoy.go), and the one gRPC codec that decodes
+// requests and encodes answers without reflection and answers a message
+// that is not protobuf as INVALID_ARGUMENT (wirecodec.go, codec.go).
+//
+// It owns the wire formats of those faces and the one mapping of errors to
+// status codes (grpcError, and httpError for HTTP). It must not validate
+// or decide (decide.Validate and a Checker do), keep counters, or answer
+// a check whose request failed validation with anything but
+// INVALID_ARGUMENT (HTTP 400).
 package server
 
 import (
