@@ -87,6 +87,14 @@ func (n *Node) httpTelemetry(h http.Handler) http.Handler {
 	if n.cfg.MetricsAddr != "" {
 		return h
 	}
+	mux := n.metricsMux(tel)
+	mux.Handle("/", h)
+	return mux
+}
+
+// metricsMux serves /metrics, and the profiles with --pprof: on the
+// metrics listener, or on the HTTP one when there is no metrics address.
+func (n *Node) metricsMux(tel *telemetry.Telemetry) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", tel.Handler())
 	if n.cfg.Pprof {
@@ -95,7 +103,6 @@ func (n *Node) httpTelemetry(h http.Handler) http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	mux.Handle("/", h)
 	return mux
 }
 
@@ -149,15 +156,7 @@ func (n *Node) startTelemetry() error {
 		}
 		return nil
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", tel.Handler())
-	if n.cfg.Pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv := &http.Server{Handler: n.metricsMux(tel), ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 	return n.serveHTTP("metrics", n.cfg.MetricsAddr, srv)
 }
 
