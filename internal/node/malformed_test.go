@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,6 +14,7 @@ import (
 	"github.com/allot-dev/allot/internal/node"
 	"github.com/allot-dev/allot/internal/node/nodetest"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 )
 
 // rawCodec sends bytes as they are, so a test can send what no
@@ -42,4 +44,23 @@ func TestMalformedProtobufIsInvalidArgument(t *testing.T) {
 	}
 	_, err := ratelimitv1.NewRateLimiterServiceClient(conn).CheckRateLimit(ctx, &ratelimitv1.RateLimitRequest{TenantId: "t"})
 	require.NoError(t, err)
+}
+
+// A stream's message that is not protobuf ends the stream with
+// INVALID_ARGUMENT too (the codec marks it; the stream interceptor
+// answers it at RecvMsg), and nothing of it reaches the handler.
+func TestMalformedStreamMessageIsInvalidArgument(t *testing.T) {
+	_, conn := nodetest.Start(t, testPolicies, node.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // a handler that got it would not answer
+	defer cancel()
+	desc := &grpc.StreamDesc{StreamName: "StreamRateLimitQuotas", ClientStreams: true, ServerStreams: true}
+	method := "/" + rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName + "/StreamRateLimitQuotas"
+	s, err := conn.NewStream(ctx, desc, method, grpc.ForceCodec(rawCodec{}))
+	require.NoError(t, err)
+	b := []byte{0x0a, 0x05, 'a'} // field 1, 5 bytes announced, 1 sent
+	require.NoError(t, s.SendMsg(&b))
+	var out []byte
+	err = s.RecvMsg(&out)
+	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	assert.ErrorContains(t, err, "not valid protobuf")
 }
