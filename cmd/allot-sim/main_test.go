@@ -50,7 +50,8 @@ func TestLastLineIsJSON(t *testing.T) {
 		t.Fatalf("last line %q: %v", lines[len(lines)-1], err)
 	}
 	for _, k := range []string{"admitted_over_ideal", "max_overshoot_over_bound", "converged_after_s", "underserved_region_seconds",
-		"outside_open", "outside_local", "max_overshoot_with_outside", "restarts", "messages_dropped", "past_ttl_admissions"} {
+		"outside_open", "outside_local", "max_overshoot_with_outside", "restarts", "messages_dropped", "past_ttl_admissions",
+		"lease_calls", "keys_leased", "exact_calls", "intervals"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("JSON has no %s", k)
 		}

@@ -39,6 +39,10 @@ type metrics struct {
 
 	leaseCalls int64
 	exactCalls int64
+	// leased marks the keys some lease call asked for; keysLeased counts
+	// them.
+	leased     []bool
+	keysLeased int
 	maxShares  float64 // largest sum of shares in force of one key, / Unit
 }
 
@@ -48,6 +52,7 @@ func newMetrics(c *Config, rate, burst float64) *metrics {
 		regions: c.Regions, rate: rate, burst: burst,
 		offered: make([]int64, slots), admitted: make([]int64, slots), ideal: make([]int64, slots),
 		hotIdeal: make([]int64, slots), idealTok: make([]float64, c.Keys), idealTs: make([]int64, c.Keys),
+		leased: make([]bool, c.Keys),
 	}
 	for range c.Regions {
 		m.hotOffered = append(m.hotOffered, make([]int64, slots))

@@ -73,6 +73,8 @@ func TestMutantsAreCaught(t *testing.T) {
 			t.Parallel()
 			src := m.sources(t)
 			var missed []string
+			var window, shares, pastTTL int // scenarios caught by each check
+			var fewest, most int64          // past-TTL admissions in those
 			for seed := range uint64(12) {
 				c := randomScenario(seed + 1)
 				c.sources = src
@@ -83,8 +85,24 @@ func TestMutantsAreCaught(t *testing.T) {
 				if !caught(r) {
 					missed = append(missed, fmt.Sprintf("%d (overshoot %.4f, shares %.4f, past TTL %d)", seed+1, r.MaxOvershootOverBound, r.MaxShareSum, r.PastTTLAdmissions))
 				}
+				if r.MaxOvershootOverBound > 0 {
+					window++
+				}
+				if r.MaxShareSum > 1 {
+					shares++
+				}
+				if n := r.PastTTLAdmissions; n > 0 {
+					if pastTTL == 0 || n < fewest {
+						fewest = n
+					}
+					most = max(most, n)
+					pastTTL++
+				}
 			}
-			t.Logf("caught in %d of 12; missed %v", 12-len(missed), missed)
+			// docs/simulation.md's mutant table is read from this line
+			// (internal/tools/simdocs).
+			t.Logf("%s: caught in %d of 12 (a window past the bound in %d, shares past L in %d, past-TTL admissions in %d: %d-%d); missed %v",
+				m.name, 12-len(missed), window, shares, pastTTL, fewest, most, missed)
 			if m.gap != "" {
 				t.Logf("not asserted: %s", m.gap)
 				return

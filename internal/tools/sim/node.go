@@ -273,7 +273,12 @@ func (src source) Lease(_ context.Context, groups []lease.Group) ([]lease.Reply,
 	}
 	for _, g := range groups {
 		for _, it := range g {
-			c.keys = append(c.keys, keyIndex(it.Key))
+			k := keyIndex(it.Key)
+			c.keys = append(c.keys, k)
+			if !s.met.leased[k] {
+				s.met.leased[k] = true
+				s.met.keysLeased++
+			}
 		}
 	}
 	nd.inflight = append(nd.inflight, c)

@@ -60,6 +60,8 @@ type Result struct {
 	// fraction of L (Theorem 1: <= 1).
 	MaxShareSum float64 `json:"max_share_sum"`
 	LeaseCalls  int64   `json:"lease_calls"`
+	// KeysLeased counts the keys some lease call asked for.
+	KeysLeased int `json:"keys_leased"`
 	// ExactCalls counts the checks of cold keys decided on the exact path.
 	ExactCalls int64 `json:"exact_calls"`
 	Epochs     int   `json:"epochs"`
@@ -72,8 +74,10 @@ type Result struct {
 	MessagesDuplicated int64 `json:"messages_duplicated"`
 	MessagesHeldBack   int64 `json:"messages_held_back"`
 
+	// Intervals is the hottest key's admissions around the shift (none
+	// without one).
+	Intervals []Interval     `json:"intervals,omitempty"`
 	Regions   []RegionResult `json:"-"`
-	Intervals []Interval     `json:"-"`
 	// PerSecond is the hottest key's admissions (all regions) and the
 	// ideal's, per second, for the plot.
 	PerSecond []Point `json:"-"`
@@ -97,6 +101,17 @@ type Interval struct {
 	RegionsPer []float64 // per region, admitted/s
 }
 
+// MarshalJSON writes iv with its times in seconds.
+func (iv Interval) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Name      string    `json:"name"`
+		From      float64   `json:"from_s"`
+		To        float64   `json:"to_s"`
+		OfL       float64   `json:"of_l"`
+		PerRegion []float64 `json:"per_region_per_s"`
+	}{iv.Name, iv.From.Seconds(), iv.To.Seconds(), iv.OfL, iv.RegionsPer})
+}
+
 // Point is one second of the hottest key: admitted in all regions and in
 // each, and by the ideal bucket.
 type Point struct {
@@ -107,7 +122,7 @@ type Point struct {
 func (s *Sim) result() *Result {
 	m := s.met
 	c := s.cfg
-	res := &Result{cfg: c, hotRate: c.Rate * s.dist.weight(0), LeaseCalls: m.leaseCalls, ExactCalls: m.exactCalls, Stranded: s.stranded, LostWrites: s.undone, MaxShareSum: round(m.maxShares, 6)}
+	res := &Result{cfg: c, hotRate: c.Rate * s.dist.weight(0), LeaseCalls: m.leaseCalls, KeysLeased: m.keysLeased, ExactCalls: m.exactCalls, Stranded: s.stranded, LostWrites: s.undone, MaxShareSum: round(m.maxShares, 6)}
 	secs := int(c.Duration / time.Second)
 	for i := range m.offered {
 		res.Offered += m.offered[i]

@@ -444,6 +444,12 @@ func TestPropertyBound(t *testing.T) {
 			case r.MaxShareSum > 1:
 				t.Errorf("shares summed to %.6f of L in %+v", r.MaxShareSum, c)
 			}
+			if o := c.Overlaps; len(o) > 0 {
+				// docs/simulation.md's overlap table is read from this line
+				// (internal/tools/simdocs).
+				t.Logf("coordinator overlap in region %d %v-%v: max_share_sum %.6f, max_overshoot_over_bound %.6f, worst window %s",
+					o[0].Region, o[0].From, o[0].To, r.MaxShareSum, r.MaxOvershootOverBound, r.WorstWindow)
+			}
 			if len(c.Outages) > 0 && r.StoreFailureDecisions == 0 && r.Offered > 0 {
 				t.Logf("the outage decided nothing by on_store_failure")
 			}
