@@ -37,7 +37,9 @@ import (
 //	Step(SharesWritten)-> Ready{Round}
 //
 // Halfway through an epoch of at least 2·demandWindow, its mid-interval
-// round (mid.go) does the same without counts or quota writes.
+// round (mid.go) does the same without counts or quota writes: the two
+// are the kinds of a round (roundKind, round.go), and advance runs the
+// steps they share.
 //
 // A Machine is not safe for concurrent use: one goroutine (the driver,
 // Coordinator.Run, or a test) owns it.
@@ -307,21 +309,7 @@ func (m *Machine) advance() {
 		switch e.stage {
 		case stageStart:
 			e.r = m.inbox.roundOrEmpty(e.id, m.clock.now)
-			if e.id.mid {
-				m.midReport(e)
-				e.stage = stageReports
-				continue
-			}
-			if m.role.listening {
-				e.stage = stageListen
-				continue
-			}
-			if keys := m.quotaKeys(e.start, e.k); len(keys) > 0 {
-				e.stage, e.wantCount = stageCount, true
-				m.out.ReadCounts = keys
-				return
-			}
-			e.stage = stageCount
+			e.kind.open(m, e)
 		case stageCount:
 			m.report(e)
 			e.stage = stageReports
@@ -329,11 +317,7 @@ func (m *Machine) advance() {
 			if completeReports(e.r) < others && m.clock.now.Before(e.start.Add(phase)) {
 				return
 			}
-			if e.id.mid {
-				m.midShrink(e)
-				continue
-			}
-			m.shrink(e)
+			e.kind.shrink(m, e)
 		case stageShrink:
 			m.out.Messages = append(m.out.Messages, &coordv1.Message{Region: m.cfg.Region, Epoch: e.id.epoch, IntervalMs: e.id.intervalMS, Mid: e.id.mid,
 				Body: &coordv1.Message_Ack{Ack: &coordv1.Ack{Heard: e.heard, Ok: e.ok}}})

@@ -30,6 +30,7 @@ const (
 // epoch is the state of the epoch under way.
 type epoch struct {
 	id    roundID
+	kind  roundKind
 	k     Knobs
 	start time.Time
 	stage stage
@@ -49,14 +50,37 @@ type epoch struct {
 	st      Stats
 }
 
-// phase is how long each gather waits: Gather of the round's interval,
-// half the epoch's for a mid-interval round.
+// roundKind is what an epoch's round and its mid-interval round do
+// differently: how they begin, how long they gather, what they report and
+// plan, and how they end. Every other step (gathering the reports, the
+// ack, the grow) is the same for both, in Machine.advance. A round's kind
+// is fixed when it begins: fullRound at an interval boundary, midRound
+// (mid.go) halfway.
+type roundKind interface {
+	// begin asks for what the round's first stage awaits, or reports
+	// false when this region skips the round.
+	begin(m *Machine, e *epoch) bool
+	// span is the part of interval iv the round's gathers divide.
+	span(iv time.Duration) time.Duration
+	// open runs once the first stage's results are in: it publishes this
+	// region's report and gathers the others', or moves on to what the
+	// report needs first.
+	open(m *Machine, e *epoch)
+	// shrink is phase 1, once the reports are gathered: it plans and asks
+	// for the shrunk shares to be written, or ends the round.
+	shrink(m *Machine, e *epoch)
+	// end records the finished active round: its stats and the Round to
+	// observe.
+	end(m *Machine, e *epoch)
+}
+
+// fullRound is an epoch's round: every key reported, quota counts
+// exchanged, a new active coordinator's first round spent listening.
+type fullRound struct{}
+
+// phase is how long each gather waits: Gather of the round's span.
 func (e *epoch) phase() time.Duration {
-	iv := e.k.Interval
-	if e.id.mid {
-		iv /= 2
-	}
-	return time.Duration(float64(iv) * e.k.Gather)
+	return time.Duration(float64(e.kind.span(e.k.Interval)) * e.k.Gather)
 }
 
 // begin starts the round due at m.clock.next: an epoch, or its mid-interval
@@ -65,30 +89,45 @@ func (m *Machine) begin() {
 	k := m.cfg.Knobs
 	iv := k.Interval.Nanoseconds()
 	start := m.clock.next
-	num := start.UnixNano() / iv
-	if start.UnixNano()%iv != 0 {
-		m.beginMid(k, num, start)
-		return
+	e := &epoch{id: roundID{start.UnixNano() / iv, k.Interval.Milliseconds(), start.UnixNano()%iv != 0}, k: k, start: start, stage: stageStart}
+	e.kind = fullRound{}
+	if e.id.mid {
+		e.kind = midRound{}
 	}
-	e := &epoch{id: roundID{num, k.Interval.Milliseconds(), false}, k: k, start: start, stage: stageStart}
-	e.wantDrain, e.wantHold = true, true
-	m.out.Drain, m.out.Hold = true, true
-	m.role.renewing = false // this Hold answers for it
-	m.ep = e
-}
-
-// beginMid starts the mid-interval round of epoch num, or skips it when
-// this region cannot take part: it is not the active coordinator, is still
-// listening, or did not hear every region's report of epoch num. The
-// others then do not hear it and skip the round too.
-func (m *Machine) beginMid(k Knobs, num int64, start time.Time) {
-	if !m.role.active || m.role.listening || !m.reports.base.all || m.reports.base.epoch != num {
+	if !e.kind.begin(m, e) {
 		m.finish()
 		return
 	}
-	e := &epoch{id: roundID{num, k.Interval.Milliseconds(), true}, k: k, start: start, stage: stageStart}
-	e.wantDrain, m.out.Drain = true, true
 	m.ep = e
+}
+
+func (fullRound) begin(m *Machine, e *epoch) bool {
+	e.wantDrain, e.wantHold = true, true
+	m.out.Drain, m.out.Hold = true, true
+	m.role.renewing = false // this Hold answers for it
+	return true
+}
+
+func (fullRound) span(iv time.Duration) time.Duration { return iv }
+
+// open: a new active coordinator listens; the others read their global
+// quota counts (if any) and report.
+func (fullRound) open(m *Machine, e *epoch) {
+	if m.role.listening {
+		e.stage = stageListen
+		return
+	}
+	e.stage = stageCount
+	if keys := m.quotaKeys(e.start, e.k); len(keys) > 0 {
+		e.wantCount = true
+		m.out.ReadCounts = keys
+	}
+}
+
+// done ends the active round under way.
+func (m *Machine) done(e *epoch) {
+	e.kind.end(m, e)
+	m.finish()
 }
 
 // finish ends the round under way and schedules the next. A round that
@@ -115,7 +154,7 @@ func (m *Machine) report(e *epoch) {
 
 // shrink is phase 1: plan every key, write the shrunk shares and the
 // remote quota counts.
-func (m *Machine) shrink(e *epoch) {
+func (fullRound) shrink(m *Machine, e *epoch) {
 	e.heard = m.inbox.heard(e.r)
 	m.reports.base = midBase{epoch: e.id.epoch, all: len(e.heard) == len(m.cfg.Regions), mine: e.mine}
 	e.plans = m.planner.plan(e.r, e.mine, e.heard, m.inbox.last, e.k)
@@ -143,14 +182,7 @@ func (m *Machine) writeShrunk(e *epoch, refresh bool) {
 	}
 }
 
-// done finishes an active round: stats and the round to observe.
-func (m *Machine) done(e *epoch) {
-	if e.id.mid {
-		m.out.Round = &Round{Start: e.start, Stats: e.st, Regions: len(m.cfg.Regions)}
-		m.log.Debug("coord: mid-interval round", "epoch", e.id.epoch, "heard", e.st.Heard, "group", e.st.Group, "keys", e.st.Keys, "written", e.st.Written)
-		m.finish()
-		return
-	}
+func (fullRound) end(m *Machine, e *epoch) {
 	e.st.Rounds = m.stats.Rounds + 1
 	m.stats = e.st
 	shares := make([]rebalance.Share, 0, len(m.ledger.own))
@@ -159,5 +191,4 @@ func (m *Machine) done(e *epoch) {
 	}
 	m.out.Round = &Round{Start: e.start, Stats: e.st, Regions: len(m.cfg.Regions), Shares: shares}
 	m.log.Debug("coord: epoch", "epoch", e.id.epoch, "heard", e.st.Heard, "group", e.st.Group, "keys", e.st.Keys, "written", e.st.Written, "report_bytes", e.st.ReportBytes)
-	m.finish()
 }
