@@ -123,7 +123,7 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 		reports: reporter{regions: len(cfg.Regions), limits: cfg.Limits, weight: map[string]float64{}},
 		inbox:   inbox{self: cfg.Region, regions: cfg.Regions, last: map[string][]entry{}, rounds: map[roundID]*round{}},
 		quota:   newQuotas(),
-		planner: planner{self: cfg.Region, regions: cfg.Regions, limits: cfg.Limits, grow: rebalance.KeyPlan.Grow},
+		planner: planner{self: cfg.Region, regions: cfg.Regions, limits: cfg.Limits},
 	}
 	if m.log == nil {
 		m.log = slog.Default()
@@ -328,7 +328,7 @@ func (m *Machine) advance() {
 			}
 			e.st.Group = e.ok && len(e.heard) > 1 && m.inbox.group(e.r, e.heard)
 			group := e.st.Group
-			e.writing = m.ledger.updates(e.plans, func(kp rebalance.KeyPlan) rebalance.Share { return m.planner.grow(kp, group) }, e.k, false)
+			e.writing = m.ledger.updates(e.plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Grow(group) }, e.k, false)
 			if len(e.writing) == 0 {
 				m.done(e)
 				return

@@ -13,9 +13,6 @@ type planner struct {
 	self    string   // this region
 	regions []string // every region, sorted
 	limits  Limits
-	// grow is the second phase's rule, KeyPlan.Grow; a test swaps it for
-	// a broken one to show the property test catches it.
-	grow func(kp rebalance.KeyPlan, group bool) rebalance.Share
 }
 
 // The planner: each key of a round planned from every region heard.
