@@ -222,13 +222,13 @@ func (m *Machine) Step(in Input) {
 		switch {
 		case e != nil && e.wantDrain:
 			e.wantDrain, m.reports.windowing = false, false
-			m.noteDemand(in.Tokens, e.start)
+			m.noteUsed(in.Tokens, e.start)
 			e.rates = m.reports.rates(e.start, in.Tokens)
 		case m.reports.windowing:
 			// The demand before the window: quota keys still note it,
 			// shares do not follow it.
 			m.reports.windowing, m.reports.lastDrain = false, m.reports.windowAsk
-			m.noteDemand(in.Tokens, m.reports.windowAsk)
+			m.noteUsed(in.Tokens, m.reports.windowAsk)
 			return
 		default:
 			return
