@@ -27,8 +27,6 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
-
-	"github.com/allot-dev/allot/internal/coord/observe"
 )
 
 // Locker elects the active coordinator of a region (RedisLock).
@@ -71,12 +69,6 @@ type Config struct {
 	// round). It must not block: the next epoch waits for it.
 	Observe func(ctx context.Context, r Round)
 }
-
-// Round describes one finished active epoch for Config.Observe.
-type Round = observe.Round
-
-// Stats describe the last epoch this coordinator ran as the active one.
-type Stats = observe.Stats
 
 // Coordinator is one region's coordinator: a Machine and the driver that
 // executes its Ready with real timers, the Transport, the DemandSource,
