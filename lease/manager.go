@@ -22,9 +22,15 @@
 // assumptions, docs/algorithms.md ("Leasing: proof of the overshoot bound")
 // the proof.
 //
-// lease owns no wire format and no policy matching; it never blocks a
-// decision on Redis while tokens are on hand, and never retries a lease
-// call whose reply was lost (the grant is then simply stranded).
+// lease owns the tokens leased to this node, their keys' table, the
+// refill rounds and the lease protocol it speaks to the region (Source:
+// Item, Group, ItemReply, Reply, ReturnItem), and counts the demand of
+// global keys for DrainDemand. It owns no wire format and no policy
+// matching; it never blocks a decision on Redis while tokens are on hand,
+// and never retries a lease call whose reply was lost (the grant is then
+// simply stranded). What a deterministic simulation needs (its own hash,
+// Options.Hash; refill rounds on its event queue, Options.Executor) is
+// chosen once at New: the take path tests no option for it.
 package lease
 
 import (

@@ -1,17 +1,20 @@
 // Package policystore keeps policy sets where operators can change them
 // while nodes run: a file, a NATS JetStream key-value bucket or a
-// PostgreSQL table, behind one small interface, Source. Each source pushes
-// changes to watchers, keeps a version per policy (incremented on every
-// write, checked optimistically) and the history of each policy.
+// PostgreSQL table (or memory, for tests), each a Source behind one small
+// interface. Each source pushes changes to watchers, keeps a version per
+// policy (incremented on every write, checked optimistically) and the
+// history of each policy.
 //
 // The Reloader turns a source's changes into compiled policy sets: it
 // compiles the whole set before applying it and keeps the last known good
 // set when a change does not validate.
 //
-// policystore never validates a single write: that is the admin API's job
-// (it validates the whole resulting set before writing). A source therefore
-// may hold a bad set, written by hand or by another tool, and watchers must
-// be ready for it.
+// policystore owns where policies are kept and how their changes reach
+// watchers; it counts no request (counters are a Store's: region,
+// memstore). It never validates a single write: that is the admin API's
+// job (it validates the whole resulting set before writing). A source
+// therefore may hold a bad set, written by hand or by another tool, and
+// watchers must be ready for it.
 package policystore
 
 import (

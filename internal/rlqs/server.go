@@ -23,8 +23,11 @@
 // The bound is in ARCHITECTURE.md ("RLQS: rate parts"); docs/rlqs.md is
 // the user's reference.
 //
-// rlqs owns no counter: the region buckets are Redis's, the split's
-// inputs are the ledger's. It never blocks a stream on another.
+// rlqs owns the streams, each bucket's assignment and this node's side of
+// every region bucket's split; it owns no counter: the region buckets are
+// Redis's, the split's inputs are the ledger's. It must not decide which
+// policies a bucket spends (decide.Decider.Quota does), and it never
+// blocks a stream on another.
 package rlqs
 
 import (
