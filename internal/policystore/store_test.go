@@ -43,8 +43,8 @@ func openURL(t *testing.T, url string) policystore.Source {
 	return s
 }
 
-// stores opens each kind of store, fresh, for the same tests.
-var stores = map[string]func(t *testing.T) policystore.Source{
+// sources opens each kind of source, fresh, for the same tests.
+var sources = map[string]func(t *testing.T) policystore.Source{
 	"memory":    func(t *testing.T) policystore.Source { return policystore.NewMemory() },
 	"file-yaml": func(t *testing.T) policystore.Source { return openURL(t, "file:"+emptyFile(t, "p.yaml")) },
 	"file-json": func(t *testing.T) policystore.Source { return openURL(t, "file:"+emptyFile(t, "p.json")) },
@@ -52,14 +52,14 @@ var stores = map[string]func(t *testing.T) policystore.Source{
 	"postgres":  func(t *testing.T) policystore.Source { return openURL(t, pgtest.Database(t)) },
 }
 
-func forEachStore(t *testing.T, test func(t *testing.T, s policystore.Source)) {
-	for name, open := range stores {
+func forEachSource(t *testing.T, test func(t *testing.T, s policystore.Source)) {
+	for name, open := range sources {
 		t.Run(name, func(t *testing.T) { test(t, open(t)) })
 	}
 }
 
 func TestVersionsConflictsAndHistory(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s policystore.Source) {
+	forEachSource(t, func(t *testing.T, s policystore.Source) {
 		ctx := context.Background()
 		p, err := s.Put(ctx, pol("b.x", 5), policystore.NotExist)
 		require.NoError(t, err)
@@ -114,7 +114,7 @@ func TestVersionsConflictsAndHistory(t *testing.T) {
 }
 
 func TestSettingsAndLoad(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s policystore.Source) {
+	forEachSource(t, func(t *testing.T, s policystore.Source) {
 		ctx := context.Background()
 		st, err := s.Settings(ctx)
 		require.NoError(t, err)
@@ -202,7 +202,7 @@ func eventually(t *testing.T, within time.Duration, cond func() bool, msg string
 }
 
 func TestWatchPushesChanges(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s policystore.Source) {
+	forEachSource(t, func(t *testing.T, s policystore.Source) {
 		ctx := context.Background()
 		_, err := s.Put(ctx, pol("first", 1), policystore.NotExist)
 		require.NoError(t, err)
