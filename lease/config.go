@@ -174,7 +174,7 @@ func Part(c Config, rate float64, alone bool) float64 {
 // whole token less, someone took it (another node, an exact check).
 // Takes of under a token between two answers go unseen, and so do RLQS
 // clients, whose use is charged only at settlements: an answer says when
-// their parts hold the bucket (Grant.Shared), and the node is not alone.
+// their parts hold the bucket (ItemReply.Shared), and the node is not alone.
 func Alone(prev int64, gap time.Duration, rate float64, burst, before int64) bool {
 	gathered := math.Min(float64(burst), float64(prev)+rate*max(gap, 0).Seconds())
 	return float64(before)+1 > gathered

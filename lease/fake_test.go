@@ -22,7 +22,7 @@ type fakeRegion struct {
 	// rival is what another node takes from each bucket (if it holds
 	// that much) just before each Lease: a contended bucket.
 	rival float64
-	// shared answers that RLQS parts hold every bucket (Grant.Shared).
+	// shared answers that RLQS parts hold every bucket (ItemReply.Shared).
 	shared bool
 }
 
@@ -58,13 +58,13 @@ func (f *fakeRegion) Lease(ctx context.Context, groups []Group) ([]Reply, error)
 	}
 	out := make([]Reply, len(groups))
 	for gi, g := range groups {
-		r := Reply{Granted: true, Items: make([]Grant, len(g))}
+		r := Reply{Granted: true, Items: make([]ItemReply, len(g))}
 		for i, it := range g {
 			b := f.bucket(it.Key, it.Spec)
 			if b.Tokens >= f.rival {
 				b.Tokens -= f.rival
 			}
-			r.Items[i] = Grant{Burst: it.Spec.Capacity(), Rate: it.Spec.Rate(), Shared: f.shared}
+			r.Items[i] = ItemReply{Burst: it.Spec.Capacity(), Rate: it.Spec.Rate(), Shared: f.shared}
 			switch {
 			case it.Need > it.Spec.Capacity():
 				r.Granted, r.Items[i].RetryAfter = false, algorithm.Never

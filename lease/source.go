@@ -38,8 +38,9 @@ type Item struct {
 // on every item's Need.
 type Group []Item
 
-// Grant is what the source (lease.lua) answered for one item.
-type Grant struct {
+// ItemReply is what the source (lease.lua) answered for one item: the
+// tokens granted and the region bucket's numbers.
+type ItemReply struct {
 	Granted int64
 	// Left is the whole tokens left in the region bucket after the grant.
 	Left int64
@@ -57,11 +58,15 @@ type Grant struct {
 	Shared bool
 }
 
+// Grant is ItemReply's old name, kept while region/lease.go (in the check
+// path's rewrite) still spells it; it goes when that file says ItemReply.
+type Grant = ItemReply
+
 // Reply answers one Group. Err is set when the call failed (the grants
 // are then unknown; a call whose reply was lost may have granted).
 type Reply struct {
 	Granted bool
-	Items   []Grant
+	Items   []ItemReply
 	Err     error
 }
 

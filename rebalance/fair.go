@@ -2,7 +2,12 @@
 // the regions' demand reports. It is pure: no I/O, no clock, no goroutine,
 // no dependence on map order or on the order of its inputs, so that every
 // region computes the same shares from the same reports and no consensus
-// is needed.
+// is needed. Its max-min fair split (Fair) also splits a region bucket
+// among its RLQS consumers (internal/rlqs).
+//
+// rebalance owns the share arithmetic and nothing of its transport: the
+// reports, the acks, the writes and their order are the coordinator's
+// (internal/coord). It must never hand out more than the pool it is given.
 //
 // # Shares
 //

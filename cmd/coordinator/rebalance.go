@@ -46,7 +46,7 @@ func addRebalanceFlags(fs *flag.FlagSet) *rebalanceFlags {
 // rebalance: block over coord.DefaultKnobs). The
 // returned wait blocks until it stopped (ctx done) and releases its
 // connections.
-func (f *rebalanceFlags) start(ctx context.Context, st policystore.Store, log *slog.Logger) (wait func(), err error) {
+func (f *rebalanceFlags) start(ctx context.Context, st policystore.Source, log *slog.Logger) (wait func(), err error) {
 	if *f.region == "" {
 		return func() {}, nil
 	}
@@ -61,7 +61,7 @@ func (f *rebalanceFlags) start(ctx context.Context, st policystore.Store, log *s
 		Region: *f.region, Regions: regions,
 		NATSURL: *f.natsURL, NATSOptions: f.transport.nats,
 		RedisAddrs: f.transport.redisAddrs, RedisOptions: f.transport.redis,
-		Store: st, Knobs: coord.DefaultKnobs(), LockTTL: *f.lockTTL, Logger: log, Observe: f.observe,
+		PolicySource: st, Knobs: coord.DefaultKnobs(), LockTTL: *f.lockTTL, Logger: log, Observe: f.observe,
 	})
 	if err != nil {
 		return nil, err

@@ -1,5 +1,5 @@
 // Package admin serves the policy admin API: HTTP/JSON over a
-// policystore.Store, for allot-coordinator (and a node.Config.AdminAddr).
+// policystore.Source, for allot-coordinator (and a node.Config.AdminAddr).
 //
 //	GET    /v1/policies                 list
 //	POST   /v1/policies                 create (409 if the id exists)
@@ -46,7 +46,7 @@ const (
 
 // Config is what a Server needs.
 type Config struct {
-	Store policystore.Store
+	Store policystore.Source
 	// Token is the bearer token writes must present. Empty: writes are
 	// open, which CheckAddr allows on loopback addresses only.
 	Token  string
@@ -69,7 +69,7 @@ const (
 
 // Server is the admin API's http.Handler.
 type Server struct {
-	store policystore.Store
+	store policystore.Source
 	token []byte
 	log   *slog.Logger
 	mux   *http.ServeMux

@@ -24,7 +24,7 @@ const token = "s3cret"
 const goodPolicy = `{"id":"free-tier","match":{"tier":"free"},"per":["tenant"],
  "limits":[{"name":"per_second","algorithm":"token_bucket","limit":5,"period":"1s","burst":10}]}`
 
-func serve(t *testing.T) (*httptest.Server, policystore.Store) {
+func serve(t *testing.T) (*httptest.Server, policystore.Source) {
 	t.Helper()
 	store := policystore.NewMemory()
 	srv := httptest.NewServer(admin.New(admin.Config{Store: store, Token: token}))
@@ -136,7 +136,7 @@ func TestWritesNeedTheToken(t *testing.T) {
 // blockingStore's Load waits for release, so a request can be held
 // inside the handler (holding its slot) for as long as a test needs.
 type blockingStore struct {
-	policystore.Store
+	policystore.Source
 	entered chan struct{}
 	release chan struct{}
 }
@@ -144,13 +144,13 @@ type blockingStore struct {
 func (b *blockingStore) Load(ctx context.Context) (*policy.File, policystore.Rev, error) {
 	b.entered <- struct{}{}
 	<-b.release
-	return b.Store.Load(ctx)
+	return b.Source.Load(ctx)
 }
 
 // Writes and dry runs in progress are bounded: past MaxConcurrent a
 // request waits, then is answered 503 rather than piling up decodes.
 func TestWritesAndDryRunsAreBounded(t *testing.T) {
-	store := &blockingStore{Store: policystore.NewMemory(), entered: make(chan struct{}), release: make(chan struct{})}
+	store := &blockingStore{Source: policystore.NewMemory(), entered: make(chan struct{}), release: make(chan struct{})}
 	srv := httptest.NewServer(admin.New(admin.Config{Store: store, Token: token, MaxConcurrent: 1, BusyWait: 50 * time.Millisecond}))
 	t.Cleanup(srv.Close)
 	first := make(chan int, 1)

@@ -1,23 +1,33 @@
-// Package coord runs a region's multi-region coordinator: every epoch it
-// collects the region's per-key demand, exchanges reports with the other
-// regions, computes the region's share of each global limit with package
-// rebalance and writes it into the region's Redis buckets, where the lease
-// script reads it.
+// Package coord runs a region's multi-region coordinator. Every epoch,
+// and halfway through it a mid-interval round, it drains the region's
+// per-key demand, exchanges reports with the other regions, computes the
+// region's share of each global limit with package rebalance and writes
+// it into the region's Redis buckets, where the scripts that spend them
+// read it (lease.lua, check.lua); and it exchanges the counts of global
+// quotas and writes the other regions' sum beside this region's.
 //
 // The protocol is Machine (machine.go): a pure state machine that takes
-// time and messages as inputs and returns what to do (Ready), composed of
-// an inbox of the other regions' reports and acks (inbox.go), a planner
-// (planner.go, mid.go), a ledger of the shares it owns (ledger.go), a
-// report builder (report.go) and global quotas' counts (quota.go).
+// time and messages as inputs (Tick, Step) and returns what to do (Ready,
+// ready.go). It composes an inbox of the other regions' reports and acks
+// (inbox.go), a planner (planner.go), a ledger of the shares it owns
+// (ledger.go), a report builder (report.go) and global quotas' counts
+// (quota.go); its clock is timing.go, and the round under way is one of
+// two kinds, an epoch's (round.go) or a mid-interval round (mid.go).
 // Coordinator is its thin driver (Turn, taken on real timers by Run), with
-// I/O behind small interfaces so tests can cut any link: Transport (region to region: NATS, or an
-// in-memory Hub), DemandSource (nodes to coordinator: NATS, or a
-// lease.Manager's DrainDemand directly), ShareWriter (coordinator to
-// Redis) and Locker (active/standby election).
+// I/O behind small interfaces so tests can cut any link: Transport (region
+// to region: NATS, or an in-memory Hub), DemandSource (nodes to
+// coordinator: package demand's Collector, or a DrainFunc in the same
+// process), ShareWriter and QuotaStore (coordinator to Redis) and Locker
+// (active/standby election). Each finished active round goes to
+// Config.Observe as a Round. StartProcess assembles all of it for
+// cmd/coordinator and the sandbox, following a policystore.Source for the
+// limits and knobs (Follower, PolicyLimits).
 //
-// It must not compute shares itself (rebalance does, purely) or let a
+// coord must not compute shares itself (rebalance does, purely), let a
 // region grow before the shrinks that pay for it have been applied and
-// acknowledged (docs/multi-region.md proves the protocol).
+// acknowledged (docs/multi-region.md proves the protocol), or take part in
+// a request's decision: it only writes what the scripts read. The Machine
+// does no I/O and reads no clock.
 package coord
 
 import (
@@ -27,8 +37,6 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
-
-	"github.com/allot-dev/allot/internal/coord/observe"
 )
 
 // Locker elects the active coordinator of a region (RedisLock).
@@ -71,12 +79,6 @@ type Config struct {
 	// round). It must not block: the next epoch waits for it.
 	Observe func(ctx context.Context, r Round)
 }
-
-// Round describes one finished active epoch for Config.Observe.
-type Round = observe.Round
-
-// Stats describe the last epoch this coordinator ran as the active one.
-type Stats = observe.Stats
 
 // Coordinator is one region's coordinator: a Machine and the driver that
 // executes its Ready with real timers, the Transport, the DemandSource,

@@ -24,10 +24,10 @@ func (noWrites) ReadShares(context.Context, []string, Limits) (map[string]rebala
 	return nil, nil
 }
 
-// followStore wires a coordinator to st as StartProcess does and watches until
+// followSource wires a coordinator to st as StartProcess does and watches until
 // the test ends. The coordinator is not run: SetKnobs and Knobs do not
 // need it, and its epochs would only add timing to the test.
-func followStore(t *testing.T, st policystore.Store, flags Knobs) *Coordinator {
+func followSource(t *testing.T, st policystore.Source, flags Knobs) *Coordinator {
 	t.Helper()
 	c, err := New(Config{
 		Region: "eu", Regions: []string{"eu", "us"}, Transport: NewHub().Join("eu"),
@@ -47,15 +47,15 @@ func followStore(t *testing.T, st policystore.Store, flags Knobs) *Coordinator {
 }
 
 func TestCoordinatorFollowsTheSettingsDocument(t *testing.T) {
-	for name, open := range map[string]func(t *testing.T) policystore.Store{
-		"memory": func(*testing.T) policystore.Store { return policystore.NewMemory() },
-		"file":   openFileStore,
+	for name, open := range map[string]func(t *testing.T) policystore.Source{
+		"memory": func(*testing.T) policystore.Source { return policystore.NewMemory() },
+		"file":   openFileSource,
 	} {
 		t.Run(name, func(t *testing.T) {
 			st := open(t)
 			ctx := context.Background()
 			flags := DefaultKnobs()
-			c := followStore(t, st, flags)
+			c := followSource(t, st, flags)
 			require.Equal(t, flags, c.Knobs())
 
 			decay, hh := 0.5, 0.3
@@ -120,7 +120,7 @@ func TestCoordinatorIgnoresAnInvalidSet(t *testing.T) {
 	assert.Equal(t, want, c.Knobs())
 }
 
-func openFileStore(t *testing.T) policystore.Store {
+func openFileSource(t *testing.T) policystore.Source {
 	t.Helper()
 	path := t.TempDir() + "/p.yaml"
 	require.NoError(t, os.WriteFile(path, nil, 0o600))

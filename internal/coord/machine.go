@@ -8,8 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	coordv1 "github.com/allot-dev/allot/proto/coord/v1"
 	"github.com/allot-dev/allot/rebalance"
 )
@@ -39,7 +37,9 @@ import (
 //	Step(SharesWritten)-> Ready{Round}
 //
 // Halfway through an epoch of at least 2·demandWindow, its mid-interval
-// round (mid.go) does the same without counts or quota writes.
+// round (mid.go) does the same without counts or quota writes: the two
+// are the kinds of a round (roundKind, round.go), and advance runs the
+// steps they share.
 //
 // A Machine is not safe for concurrent use: one goroutine (the driver,
 // Coordinator.Run, or a test) owns it.
@@ -58,14 +58,6 @@ type Machine struct {
 
 	ep  *epoch // the round under way, nil between rounds
 	out Ready  // what the next Ready returns
-}
-
-// timing is a Machine's time: the last Tick and the instants due next.
-type timing struct {
-	now     time.Time // of the last Tick
-	ticked  bool
-	next    time.Time // start of the next round
-	renewAt time.Time // next lock renewal (active) or poll (standby); zero: none
 }
 
 // role is a Machine's standing with its region's lock.
@@ -96,119 +88,6 @@ type MachineConfig struct {
 	// renews itself).
 	LockRenew time.Duration
 	Logger    *slog.Logger
-}
-
-// Ready is what a Machine asks its driver to do, in this order: publish
-// Messages (best effort, no result), then for each request Step its result
-// back: Drain -> Drained, Hold -> LockHeld, ReadCounts -> Counted,
-// ReadShares -> SharesRead, WriteQuotas -> QuotasWritten, WriteShares ->
-// SharesWritten. Round, when set, is a finished active epoch to observe.
-type Ready struct {
-	Messages []*coordv1.Message
-	// Drain asks for the region's demand since the previous Drain.
-	Drain bool
-	// Hold asks to acquire or renew the region's lock.
-	Hold bool
-	// ReadCounts lists global quota keys whose counts to read.
-	ReadCounts []string
-	// ReadShares asks for the shares in force of ShareKeys (a new active
-	// coordinator's takeover).
-	ReadShares bool
-	ShareKeys  []string
-	// WriteQuotas are remote counts to store.
-	WriteQuotas []RemoteCount
-	// WriteShares are share updates to apply (phase 1 or phase 2).
-	WriteShares []ShareUpdate
-	// Round is set when an active epoch finished; its End and
-	// Stats.Compute are the driver's to fill (the machine has no clock).
-	Round *Round
-}
-
-// Empty reports whether rd asks for nothing.
-func (rd *Ready) Empty() bool {
-	return len(rd.Messages) == 0 && !rd.Drain && !rd.Hold && rd.ReadCounts == nil && !rd.ReadShares &&
-		len(rd.WriteQuotas) == 0 && len(rd.WriteShares) == 0 && rd.Round == nil
-}
-
-// Input is what Step takes: Received, or the result of a Ready request.
-type Input interface{ input() }
-
-// Received is a message from another region (or this region's own, which
-// is ignored) as it traveled. A report chunk is decoded straight into the
-// machine's entries, without a decoded message's allocation per entry (a
-// report of a million keys is a million entries per region and epoch).
-type Received struct{ Wire []byte }
-
-// Drained is the region's demand since the previous Drain: tokens
-// (admitted plus denied) per key.
-type Drained struct{ Tokens map[string]float64 }
-
-// LockHeld is the result of Hold.
-type LockHeld struct {
-	Held bool
-	Err  error
-}
-
-// Counted is the result of ReadCounts.
-type Counted struct {
-	Counts map[string]QuotaCount
-	Err    error
-}
-
-// SharesRead is the result of ReadShares.
-type SharesRead struct {
-	Shares map[string]rebalance.Share
-	Err    error
-}
-
-// SharesWritten is the result of WriteShares.
-type SharesWritten struct{ Err error }
-
-// QuotasWritten is the result of WriteQuotas.
-type QuotasWritten struct{ Err error }
-
-func (Received) input()      {}
-func (Drained) input()       {}
-func (LockHeld) input()      {}
-func (Counted) input()       {}
-func (SharesRead) input()    {}
-func (SharesWritten) input() {}
-func (QuotasWritten) input() {}
-
-type stage int
-
-const (
-	stageStart   stage = iota // awaiting Drained and LockHeld
-	stageCount                // awaiting Counted
-	stageReports              // gathering the others' reports
-	stageListen               // a new active's first epoch: gathering reports only
-	stageRead                 // awaiting SharesRead
-	stageShrink               // awaiting the phase-1 writes
-	stageAcks                 // gathering acks
-	stageHold                 // awaiting LockHeld before growing
-	stageGrow                 // awaiting the phase-2 writes
-)
-
-// epoch is the state of the epoch under way.
-type epoch struct {
-	id    roundID
-	k     Knobs
-	start time.Time
-	stage stage
-	r     *round
-
-	// Results awaited (a stage moves on once none is).
-	wantDrain, wantHold, wantCount, wantRead, wantShares, wantQuotas bool
-
-	rates   map[string]float64
-	counts  map[string]QuotaCount
-	mine    []entry
-	heard   []string
-	plans   *plans
-	writing []ShareUpdate
-	remote  []RemoteCount
-	ok      bool
-	st      Stats
 }
 
 // NewMachine checks cfg and returns a Machine, standby until its first
@@ -244,7 +123,7 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 		reports: reporter{regions: len(cfg.Regions), limits: cfg.Limits, weight: map[string]float64{}},
 		inbox:   inbox{self: cfg.Region, regions: cfg.Regions, last: map[string][]entry{}, rounds: map[roundID]*round{}},
 		quota:   newQuotas(),
-		planner: planner{self: cfg.Region, regions: cfg.Regions, limits: cfg.Limits, grow: rebalance.KeyPlan.Grow},
+		planner: planner{self: cfg.Region, regions: cfg.Regions, limits: cfg.Limits},
 	}
 	if m.log == nil {
 		m.log = slog.Default()
@@ -333,98 +212,6 @@ func (m *Machine) Tick(now time.Time) {
 	m.advance()
 }
 
-// demandWindow is the end of each interval whose demand the shares follow
-// (the whole interval when it is shorter): a shift older than the window
-// plus the nodes' publication lag is seen whole at the next epoch, not
-// averaged with the traffic before it. Three seconds hold exactly three of
-// each node's 1 s snapshots (demand.Publisher), so no node's rate is read a
-// snapshot short or long.
-const demandWindow = 3 * time.Second
-
-// openWindow asks for the drain that opens the next round's demand window
-// once it is due, between rounds.
-func (m *Machine) openWindow() {
-	if w := m.windowAt(); m.ep == nil && !w.IsZero() && !m.clock.now.Before(w) && m.clock.now.Before(m.clock.next) {
-		m.out.Drain, m.reports.windowing, m.reports.windowFor, m.reports.windowAsk = true, true, m.clock.next, m.clock.now
-	}
-}
-
-// windowAt is when the next round's demand window opens, zero when it is
-// not to be drained for: the window is the whole interval, or its drain
-// was asked already.
-func (m *Machine) windowAt() time.Time {
-	if demandWindow >= m.cfg.Knobs.Interval || m.reports.windowFor.Equal(m.clock.next) {
-		return time.Time{}
-	}
-	return m.clock.next.Add(-demandWindow)
-}
-
-// nextStart is the start of the first round after t: the next epoch, or
-// the mid-interval round before it.
-func (m *Machine) nextStart(t time.Time) time.Time {
-	iv := m.cfg.Knobs.Interval.Nanoseconds()
-	k := t.UnixNano() / iv
-	if mid := k*iv + iv/2; midRounds(m.cfg.Knobs.Interval) && mid > t.UnixNano() {
-		return time.Unix(0, mid)
-	}
-	return time.Unix(0, (k+1)*iv)
-}
-
-// midRounds reports whether epochs of interval iv have a mid-interval
-// round: when half an interval holds a whole demand window. A shorter
-// interval already follows a shift within a few seconds.
-func midRounds(iv time.Duration) bool { return iv >= 2*demandWindow }
-
-// phase is how long each gather waits: Gather of the round's interval,
-// half the epoch's for a mid-interval round.
-func (e *epoch) phase() time.Duration {
-	iv := e.k.Interval
-	if e.id.mid {
-		iv /= 2
-	}
-	return time.Duration(float64(iv) * e.k.Gather)
-}
-
-// begin starts the round due at m.clock.next: an epoch, or its mid-interval
-// round.
-func (m *Machine) begin() {
-	k := m.cfg.Knobs
-	iv := k.Interval.Nanoseconds()
-	start := m.clock.next
-	num := start.UnixNano() / iv
-	if start.UnixNano()%iv != 0 {
-		m.beginMid(k, num, start)
-		return
-	}
-	e := &epoch{id: roundID{num, k.Interval.Milliseconds(), false}, k: k, start: start, stage: stageStart}
-	e.wantDrain, e.wantHold = true, true
-	m.out.Drain, m.out.Hold = true, true
-	m.role.renewing = false // this Hold answers for it
-	m.ep = e
-}
-
-// beginMid starts the mid-interval round of epoch num, or skips it when
-// this region cannot take part: it is not the active coordinator, is still
-// listening, or did not hear every region's report of epoch num. The
-// others then do not hear it and skip the round too.
-func (m *Machine) beginMid(k Knobs, num int64, start time.Time) {
-	if !m.role.active || m.role.listening || !m.reports.base.all || m.reports.base.epoch != num {
-		m.finish()
-		return
-	}
-	e := &epoch{id: roundID{num, k.Interval.Milliseconds(), true}, k: k, start: start, stage: stageStart}
-	e.wantDrain, m.out.Drain = true, true
-	m.ep = e
-}
-
-// finish ends the round under way and schedules the next. A round that
-// ran into the next one's window opens it now, not at the next Tick.
-func (m *Machine) finish() {
-	m.ep = nil
-	m.clock.next = m.nextStart(m.clock.now)
-	m.openWindow()
-}
-
 // Step takes one input.
 func (m *Machine) Step(in Input) {
 	e := m.ep
@@ -435,13 +222,13 @@ func (m *Machine) Step(in Input) {
 		switch {
 		case e != nil && e.wantDrain:
 			e.wantDrain, m.reports.windowing = false, false
-			m.noteDemand(in.Tokens, e.start)
+			m.noteUsed(in.Tokens, e.start)
 			e.rates = m.reports.rates(e.start, in.Tokens)
 		case m.reports.windowing:
 			// The demand before the window: quota keys still note it,
 			// shares do not follow it.
 			m.reports.windowing, m.reports.lastDrain = false, m.reports.windowAsk
-			m.noteDemand(in.Tokens, m.reports.windowAsk)
+			m.noteUsed(in.Tokens, m.reports.windowAsk)
 			return
 		default:
 			return
@@ -522,21 +309,7 @@ func (m *Machine) advance() {
 		switch e.stage {
 		case stageStart:
 			e.r = m.inbox.roundOrEmpty(e.id, m.clock.now)
-			if e.id.mid {
-				m.midReport(e)
-				e.stage = stageReports
-				continue
-			}
-			if m.role.listening {
-				e.stage = stageListen
-				continue
-			}
-			if keys := m.quotaKeys(e.start, e.k); len(keys) > 0 {
-				e.stage, e.wantCount = stageCount, true
-				m.out.ReadCounts = keys
-				return
-			}
-			e.stage = stageCount
+			e.kind.open(m, e)
 		case stageCount:
 			m.report(e)
 			e.stage = stageReports
@@ -544,11 +317,7 @@ func (m *Machine) advance() {
 			if completeReports(e.r) < others && m.clock.now.Before(e.start.Add(phase)) {
 				return
 			}
-			if e.id.mid {
-				m.midShrink(e)
-				continue
-			}
-			m.shrink(e)
+			e.kind.shrink(m, e)
 		case stageShrink:
 			m.out.Messages = append(m.out.Messages, &coordv1.Message{Region: m.cfg.Region, Epoch: e.id.epoch, IntervalMs: e.id.intervalMS, Mid: e.id.mid,
 				Body: &coordv1.Message_Ack{Ack: &coordv1.Ack{Heard: e.heard, Ok: e.ok}}})
@@ -559,7 +328,7 @@ func (m *Machine) advance() {
 			}
 			e.st.Group = e.ok && len(e.heard) > 1 && m.inbox.group(e.r, e.heard)
 			group := e.st.Group
-			e.writing = m.ledger.updates(e.plans, func(kp rebalance.KeyPlan) rebalance.Share { return m.planner.grow(kp, group) }, e.k, false)
+			e.writing = m.ledger.updates(e.plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Grow(group) }, e.k, false)
 			if len(e.writing) == 0 {
 				m.done(e)
 				return
@@ -593,69 +362,6 @@ func (m *Machine) advance() {
 			return
 		}
 	}
-}
-
-// report builds and publishes this region's report.
-func (m *Machine) report(e *epoch) {
-	e.st = Stats{Epoch: e.id.epoch}
-	e.mine = m.reports.entries(e.rates, e.k, &m.ledger)
-	quotaEntries := m.quotaReport(e.counts, e.k)
-	e.st.Quotas = len(quotaEntries)
-	msgs := encodeReport(m.cfg.Region, e.id, append(slices.Clip(e.mine), quotaEntries...), m.cfg.MaxPayload)
-	for _, msg := range msgs {
-		e.st.ReportBytes += proto.Size(msg)
-	}
-	e.st.Reported, e.st.Chunks = len(e.mine), len(msgs)
-	m.out.Messages = append(m.out.Messages, msgs...)
-}
-
-// shrink is phase 1: plan every key, write the shrunk shares and the
-// remote quota counts.
-func (m *Machine) shrink(e *epoch) {
-	e.heard = m.inbox.heard(e.r)
-	m.reports.base = midBase{epoch: e.id.epoch, all: len(e.heard) == len(m.cfg.Regions), mine: e.mine}
-	e.plans = m.planner.plan(e.r, e.mine, e.heard, m.inbox.last, e.k)
-	// Quota counts need no two phases: they only ever raise what a region
-	// counts against its limit.
-	m.fileQuotas(e.r, e.heard)
-	e.remote = m.quotaUpdates(e.start)
-	e.st.Heard, e.st.Keys = len(e.heard), len(e.plans.keys)
-	if len(e.remote) > 0 {
-		e.wantQuotas = true
-		m.out.WriteQuotas = e.remote
-	}
-	m.writeShrunk(e, true)
-}
-
-// writeShrunk asks for the first phase's writes of e's plans (with
-// refresh, also the unchanged shares updates lists) and awaits them.
-func (m *Machine) writeShrunk(e *epoch, refresh bool) {
-	e.writing = m.ledger.updates(e.plans, func(kp rebalance.KeyPlan) rebalance.Share { return kp.Shrunk[kp.Self] }, e.k, refresh)
-	e.st.Written += len(e.writing)
-	e.stage, e.ok = stageShrink, true
-	if len(e.writing) > 0 {
-		e.wantShares = true
-		m.out.WriteShares = e.writing
-	}
-}
-
-// done finishes an active round: stats and the round to observe.
-func (m *Machine) done(e *epoch) {
-	if e.id.mid {
-		m.out.Round = &Round{Start: e.start, Stats: e.st, Regions: len(m.cfg.Regions)}
-		m.log.Debug("coord: mid-interval round", "epoch", e.id.epoch, "heard", e.st.Heard, "group", e.st.Group, "keys", e.st.Keys, "written", e.st.Written)
-		m.finish()
-		return
-	}
-	e.st.Rounds = m.stats.Rounds + 1
-	m.stats = e.st
-	shares := make([]rebalance.Share, 0, len(m.ledger.own))
-	for _, key := range slices.Sorted(maps.Keys(m.ledger.own)) {
-		shares = append(shares, m.ledger.own[key])
-	}
-	m.out.Round = &Round{Start: e.start, Stats: e.st, Regions: len(m.cfg.Regions), Shares: shares}
-	m.log.Debug("coord: epoch", "epoch", e.id.epoch, "heard", e.st.Heard, "group", e.st.Group, "keys", e.st.Keys, "written", e.st.Written, "report_bytes", e.st.ReportBytes)
-	m.finish()
 }
 
 // elect applies a lock result. Becoming active starts a listening epoch;

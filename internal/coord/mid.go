@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -21,8 +22,26 @@ import (
 // to its target only when every region acked. A region that heard fewer
 // than all does nothing, so the others do not grow either.
 
-// midReport builds and publishes this region's mid-interval report.
-func (m *Machine) midReport(e *epoch) {
+// midRound is an epoch's mid-interval round: no quota counts, no
+// listening, the gathers over half the interval.
+type midRound struct{}
+
+// begin skips the round when this region cannot take part: it is not the
+// active coordinator, is still listening, or did not hear every region's
+// report of the epoch. The others then do not hear it and skip the round
+// too.
+func (midRound) begin(m *Machine, e *epoch) bool {
+	if !m.role.active || m.role.listening || !m.reports.base.all || m.reports.base.epoch != e.id.epoch {
+		return false
+	}
+	e.wantDrain, m.out.Drain = true, true
+	return true
+}
+
+func (midRound) span(iv time.Duration) time.Duration { return iv / 2 }
+
+// open builds and publishes this region's mid-interval report.
+func (midRound) open(m *Machine, e *epoch) {
 	e.st = Stats{Epoch: e.id.epoch, Mid: true}
 	e.mine = m.reports.midEntries(e.rates, e.k, &m.ledger)
 	msgs := encodeReport(m.cfg.Region, e.id, slices.Clip(e.mine), m.cfg.MaxPayload)
@@ -31,6 +50,7 @@ func (m *Machine) midReport(e *epoch) {
 	}
 	e.st.Reported, e.st.Chunks = len(e.mine), len(msgs)
 	m.out.Messages = append(m.out.Messages, msgs...)
+	e.stage = stageReports
 }
 
 // midEntries is a mid-interval report: the global keys whose demand of
@@ -68,12 +88,12 @@ func (r *reporter) midEntries(rates map[string]float64, k Knobs, l *ledger) []en
 	return out
 }
 
-// midShrink is the mid-interval round's first phase, when every region's
+// shrink is the mid-interval round's first phase, when every region's
 // report arrived: plan the reported keys and write the shrunk shares. A
 // round that heard fewer, or in which nobody reported a key, ends here.
 // Its reports are not remembered as the regions' last (as heard does):
 // midPlan falls back on the epoch's.
-func (m *Machine) midShrink(e *epoch) {
+func (midRound) shrink(m *Machine, e *epoch) {
 	e.heard = m.inbox.completeRegions(e.r)
 	e.st.Heard = len(e.heard)
 	if len(e.heard) < len(m.cfg.Regions) {
@@ -87,6 +107,11 @@ func (m *Machine) midShrink(e *epoch) {
 		return
 	}
 	m.writeShrunk(e, false)
+}
+
+func (midRound) end(m *Machine, e *epoch) {
+	m.out.Round = &Round{Start: e.start, Stats: e.st, Regions: len(m.cfg.Regions)}
+	m.log.Debug("coord: mid-interval round", "epoch", e.id.epoch, "heard", e.st.Heard, "group", e.st.Group, "keys", e.st.Keys, "written", e.st.Written)
 }
 
 // midPlan plans every key of the mid-interval reports, in key order. A
@@ -151,50 +176,6 @@ func (p *planner) midPlan(e *epoch, mine []entry, last map[string][]entry, own m
 		rebalance.PlanInto(&kp, p.self, rs, lim.Rate, params)
 		ps.add(key, &kp)
 	}
-}
-
-// cursor walks a list of entries (one per key, in key order) for keys
-// asked in increasing order.
-type cursor struct {
-	es []entry
-	at int
-}
-
-// nextKey is one step of the merge of key-ordered lists: the least key of
-// a demand entry at the cursors (quota counts name no key to plan), each
-// cursor moved past it; false when every list is done.
-func nextKey(cs []cursor) (string, bool) {
-	key, found := "", false
-	for i := range cs {
-		es, at := cs[i].es, cs[i].at
-		for at < len(es) && es[at].window != 0 {
-			at++
-		}
-		cs[i].at = at
-		if at < len(es) && (!found || es[at].key < key) {
-			key, found = es[at].key, true
-		}
-	}
-	if found {
-		for i := range cs {
-			if es, at := cs[i].es, cs[i].at; at < len(es) && es[at].key == key {
-				cs[i].at++
-			}
-		}
-	}
-	return key, found
-}
-
-// find returns key's demand entry, if the list has one; keys asked later
-// must not be smaller.
-func (c *cursor) find(key string) (entry, bool) {
-	for c.at < len(c.es) && c.es[c.at].key < key {
-		c.at++
-	}
-	if c.at < len(c.es) && c.es[c.at].key == key && c.es[c.at].window == 0 {
-		return c.es[c.at], true
-	}
-	return entry{}, false
 }
 
 // findRate returns key's demand entry of es (one entry per key, in key

@@ -13,9 +13,6 @@ type planner struct {
 	self    string   // this region
 	regions []string // every region, sorted
 	limits  Limits
-	// grow is the second phase's rule, KeyPlan.Grow; a test swaps it for
-	// a broken one to show the property test catches it.
-	grow func(kp rebalance.KeyPlan, group bool) rebalance.Share
 }
 
 // The planner: each key of a round planned from every region heard.
@@ -127,4 +124,48 @@ func (p *planner) plan(r *round, mine []entry, heard []string, last map[string][
 		rebalance.PlanInto(&kp, p.self, regions, lim.Rate, params)
 		ps.add(key, &kp)
 	}
+}
+
+// cursor walks a list of entries (one per key, in key order) for keys
+// asked in increasing order.
+type cursor struct {
+	es []entry
+	at int
+}
+
+// nextKey is one step of the merge of key-ordered lists: the least key of
+// a demand entry at the cursors (quota counts name no key to plan), each
+// cursor moved past it; false when every list is done.
+func nextKey(cs []cursor) (string, bool) {
+	key, found := "", false
+	for i := range cs {
+		es, at := cs[i].es, cs[i].at
+		for at < len(es) && es[at].window != 0 {
+			at++
+		}
+		cs[i].at = at
+		if at < len(es) && (!found || es[at].key < key) {
+			key, found = es[at].key, true
+		}
+	}
+	if found {
+		for i := range cs {
+			if es, at := cs[i].es, cs[i].at; at < len(es) && es[at].key == key {
+				cs[i].at++
+			}
+		}
+	}
+	return key, found
+}
+
+// find returns key's demand entry, if the list has one; keys asked later
+// must not be smaller.
+func (c *cursor) find(key string) (entry, bool) {
+	for c.at < len(c.es) && c.es[c.at].key < key {
+		c.at++
+	}
+	if c.at < len(c.es) && c.es[c.at].key == key && c.es[c.at].window == 0 {
+		return c.es[c.at], true
+	}
+	return entry{}, false
 }

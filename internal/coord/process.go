@@ -37,9 +37,9 @@ type ProcessConfig struct {
 	// RedisAddrs is this region's Redis (several for a cluster).
 	RedisAddrs   []string
 	RedisOptions region.Options
-	// Store is the policy store the limits and knobs follow. Required;
+	// PolicySource is where the limits and knobs come from. Required;
 	// the caller closes it after Stop.
-	Store policystore.Store
+	PolicySource policystore.Source
 	// Knobs are the base knobs (allot-coordinator: DefaultKnobs);
 	// the settings document's `rebalance:` block overrides them at
 	// runtime.
@@ -87,7 +87,7 @@ func (l *crashLock) Release(ctx context.Context) error {
 // StartProcess connects to the region's Redis and NATS and runs the coordinator
 // until ctx ends or Stop.
 func StartProcess(ctx context.Context, cfg ProcessConfig) (_ *Process, err error) {
-	if cfg.Region == "" || cfg.NATSURL == "" || len(cfg.RedisAddrs) == 0 || len(cfg.Regions) < 2 || cfg.Store == nil {
+	if cfg.Region == "" || cfg.NATSURL == "" || len(cfg.RedisAddrs) == 0 || len(cfg.Regions) < 2 || cfg.PolicySource == nil {
 		return nil, errors.New("coordinator: needs a region, NATS, Redis, a policy store and at least two regions")
 	}
 	if cfg.LockTTL == 0 {
@@ -136,7 +136,7 @@ func StartProcess(ctx context.Context, cfg ProcessConfig) (_ *Process, err error
 	}
 	c.closer = append(c.closer, func() { dem.Close() })
 	limits := NewPolicyLimits(nil)
-	knobs := initialKnobs(ctx, cfg.Store, cfg.Knobs, log)
+	knobs := initialKnobs(ctx, cfg.PolicySource, cfg.Knobs, log)
 	c.lock = &crashLock{Locker: &RedisLock{Client: rs.Client(), Key: LockKey(cfg.Region), ID: cfg.ID, TTL: cfg.LockTTL}}
 	co, err := New(Config{
 		Region: cfg.Region, Regions: cfg.Regions, Transport: tr, Demand: dem,
@@ -151,9 +151,9 @@ func StartProcess(ctx context.Context, cfg ProcessConfig) (_ *Process, err error
 	c.co = co
 	runCtx, cancel := context.WithCancel(ctx)
 	c.cancel = cancel
-	fl := &Follower{Source: cfg.Store.String(), Limits: limits, Coord: co, Base: cfg.Knobs, Log: log}
+	fl := &Follower{Source: cfg.PolicySource.String(), Limits: limits, Coord: co, Base: cfg.Knobs, Log: log}
 	c.wg.Go(func() {
-		if err := cfg.Store.Watch(runCtx, fl.Apply); err != nil && !errors.Is(err, context.Canceled) {
+		if err := cfg.PolicySource.Watch(runCtx, fl.Apply); err != nil && !errors.Is(err, context.Canceled) {
 			log.Error("coordinator: policy watch ended", "id", cfg.ID, "err", err)
 		}
 	})
@@ -172,7 +172,7 @@ func StartProcess(ctx context.Context, cfg ProcessConfig) (_ *Process, err error
 // one after the first snapshot (an epoch of base's 10 s). A store that
 // cannot be read, or a block that clashes with base, leaves base; the
 // Follower applies the document once it arrives.
-func initialKnobs(ctx context.Context, st policystore.Store, base Knobs, log *slog.Logger) Knobs {
+func initialKnobs(ctx context.Context, st policystore.Source, base Knobs, log *slog.Logger) Knobs {
 	s, err := st.Settings(ctx)
 	if err != nil {
 		log.Warn("multi-region: settings document not read at start; knobs follow it once the store answers", "err", err)

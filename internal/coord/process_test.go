@@ -24,7 +24,7 @@ func TestStartLoadsNoDecisionScripts(t *testing.T) {
 	ctx := context.Background()
 	c, err := StartProcess(ctx, ProcessConfig{
 		Region: "eu", Regions: []string{"eu", "us"}, NATSURL: natstest.Server(t),
-		RedisAddrs: []string{srv.Addr}, Store: policystore.NewMemory(),
+		RedisAddrs: []string{srv.Addr}, PolicySource: policystore.NewMemory(),
 		Knobs: DefaultKnobs(), Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)

@@ -43,7 +43,7 @@ type RemoteCount struct {
 
 // quotas is the machine's quota state.
 type quotas struct {
-	local   map[string]time.Time             // keys demanded here -> last demand
+	local   map[string]time.Time             // keys used here -> when last used
 	heard   map[string]map[string]QuotaCount // key -> region -> last count heard
 	written map[string]QuotaCount            // key -> remote sum in force here
 }
@@ -60,8 +60,8 @@ func (q *quotas) reset() {
 	clear(q.written)
 }
 
-// noteDemand remembers the global quota keys this region's nodes used.
-func (m *Machine) noteDemand(tokens map[string]float64, now time.Time) {
+// noteUsed remembers the global quota keys this region's nodes used.
+func (m *Machine) noteUsed(tokens map[string]float64, now time.Time) {
 	if m.cfg.Quotas == nil {
 		return
 	}
@@ -73,7 +73,7 @@ func (m *Machine) noteDemand(tokens map[string]float64, now time.Time) {
 }
 
 // quotaKeys lists, sorted, the quota keys whose counts this epoch reads.
-// Keys not demanded for a whole window plus an interval are forgotten
+// Keys not used for a whole window plus an interval are forgotten
 // (their count cannot matter any more).
 func (m *Machine) quotaKeys(now time.Time, k Knobs) []string {
 	if m.cfg.Quotas == nil || len(m.quota.local) == 0 {

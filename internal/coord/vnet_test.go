@@ -34,6 +34,9 @@ type vnet struct {
 	locks   map[string]*vlock
 	// trace, when set, receives a line for every Ready of every member.
 	trace func(string)
+	// meddle, when set, is handed each member's machine before its every
+	// Ready: a test's way to break a machine from the outside.
+	meddle func(*Machine)
 	// events counts the steps of runUntil, a guard against livelock.
 	events int
 	// quotas, when set, makes the machines exchange global quota counts:
@@ -208,6 +211,9 @@ func (n *vnet) drive(mb *member) {
 	ctx := context.Background()
 	w := n.globalLedger.writer(mb.region)
 	for {
+		if n.meddle != nil {
+			n.meddle(mb.m)
+		}
 		rd := mb.m.Ready()
 		if rd.Empty() {
 			return

@@ -1,7 +1,12 @@
-// Package memstore is the in-process store of standalone mode: the same
-// algorithms as the Redis scripts (algorithm.Decide and algorithm.Refund,
-// the twins of check.lua and refund.lua), over a sharded map, with an
-// injected clock. It never talks to the network.
+// Package memstore is the in-process counter store: a node's in standalone
+// mode (no Redis), and under the local fallback's scaling
+// (internal/fallback). It runs the same algorithms as the Redis scripts
+// (algorithm.Decide and algorithm.Refund, the twins of check.lua and
+// refund.lua) over a sharded map, with an injected clock.
+//
+// memstore owns the counters' state in process and nothing else: it never
+// talks to the network, never chooses a limit (every take names its
+// algorithm.Spec) and keeps nothing across restarts.
 package memstore
 
 import (

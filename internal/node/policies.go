@@ -17,7 +17,7 @@ import (
 // reloader that keeps the decider on its latest valid set, and the
 // optional admin API over the same store.
 type policySource struct {
-	store    policystore.Store // nil: no store, the empty set forever
+	store    policystore.Source // nil: no store, the empty set forever
 	reloader *policystore.Reloader
 	admin    *admin.Server
 	adminLis net.Listener

@@ -20,24 +20,24 @@ import (
 	"github.com/allot-dev/allot/policy"
 )
 
-// DefaultFilePoll is how often the file store looks at the file's size,
+// DefaultFilePoll is how often the file source looks at the file's size,
 // modification time and inode.
 const DefaultFilePoll = 200 * time.Millisecond
 
-// historyKeep is how many versions of each policy a file store's history
+// historyKeep is how many versions of each policy a file source's history
 // keeps (the NATS bucket keeps as many).
 const historyKeep = 64
 
-// FileStore keeps the set in one YAML or JSON policy file. Operators may
+// FileSource keeps the set in one YAML or JSON policy file. Operators may
 // edit the file by hand; watchers see the change within PollInterval.
-// Writes through the store rewrite the file atomically (write a temporary
+// Writes through the source rewrite the file atomically (write a temporary
 // file, fsync, rename), as YAML unless the name ends in .json, so comments
 // and layout of a hand-written file do not survive a write.
 //
 // Versions live in the file (each policy's version field); the history and
 // the settings version live beside it in PATH.history.json, which only
-// writes through the store update.
-type FileStore struct {
+// writes through the source update.
+type FileSource struct {
 	path string
 	poll time.Duration
 	log  *slog.Logger
@@ -46,7 +46,7 @@ type FileStore struct {
 
 // OpenFile opens the policy file at path, which must exist (an empty file
 // is an empty set).
-func OpenFile(path string, opts Options) (*FileStore, error) {
+func OpenFile(path string, opts Options) (*FileSource, error) {
 	if path == "" {
 		return nil, errors.New("file store: empty path")
 	}
@@ -61,18 +61,18 @@ func OpenFile(path string, opts Options) (*FileStore, error) {
 	if poll <= 0 {
 		poll = DefaultFilePoll
 	}
-	return &FileStore{path: path, poll: poll, log: opts.logger()}, nil
+	return &FileSource{path: path, poll: poll, log: opts.logger()}, nil
 }
 
 // String is the file's path: validation errors name it as their source.
-func (s *FileStore) String() string { return s.path }
+func (s *FileSource) String() string { return s.path }
 
-// Close does nothing: the store holds no open file between calls.
-func (s *FileStore) Close() error { return nil }
+// Close does nothing: the source holds no open file between calls.
+func (s *FileSource) Close() error { return nil }
 
 // read returns the file's bytes and parsed content. A file that does not
 // parse is returned as a *policy.ValidationError with an empty file.
-func (s *FileStore) read() ([]byte, *policy.File, error) {
+func (s *FileSource) read() ([]byte, *policy.File, error) {
 	data, err := readRegular(s.path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read policies: %w", err)
@@ -86,7 +86,7 @@ func (s *FileStore) read() ([]byte, *policy.File, error) {
 
 // readRegular reads path if it is a regular file and refuses anything
 // else. Reading a FIFO (--store <(generator)) or a device blocked the
-// watcher, and every admin call on the store, for ever. The file is opened
+// watcher, and every admin call on the source, for ever. The file is opened
 // non-blocking, so opening a FIFO returns at once, and checked with fstat
 // on the open descriptor, so it cannot be swapped after the check.
 func readRegular(path string) ([]byte, error) {
@@ -116,7 +116,7 @@ func hashRev(data []byte) Rev {
 }
 
 // Load reads and parses the file.
-func (s *FileStore) Load(context.Context) (*policy.File, Rev, error) {
+func (s *FileSource) Load(context.Context) (*policy.File, Rev, error) {
 	data, f, err := s.read()
 	if data == nil {
 		return nil, 0, err
@@ -156,7 +156,7 @@ func statID(path string) (fileID, error) {
 // as Kubernetes ConfigMaps do) is complete by construction and applied
 // once stable. Elsewhere, or if inotify is unavailable, stability alone
 // decides.
-func (s *FileStore) Watch(ctx context.Context, fn func(Snapshot)) error {
+func (s *FileSource) Watch(ctx context.Context, fn func(Snapshot)) error {
 	var (
 		last, settling fileID
 		lastRev        Rev
@@ -236,7 +236,7 @@ func problemsOf(err error) []policy.Problem {
 }
 
 // List returns the file's policies ordered by id.
-func (s *FileStore) List(context.Context) ([]policy.Policy, error) {
+func (s *FileSource) List(context.Context) ([]policy.Policy, error) {
 	_, f, err := s.read()
 	if err != nil {
 		return nil, err
@@ -247,7 +247,7 @@ func (s *FileStore) List(context.Context) ([]policy.Policy, error) {
 }
 
 // Get returns one policy of the file.
-func (s *FileStore) Get(_ context.Context, id string) (policy.Policy, error) {
+func (s *FileSource) Get(_ context.Context, id string) (policy.Policy, error) {
 	_, f, err := s.read()
 	if err != nil {
 		return policy.Policy{}, err
@@ -263,7 +263,7 @@ func indexOf(f *policy.File, id string) int {
 }
 
 // Put replaces or appends p (keeping the file's order) and rewrites the file.
-func (s *FileStore) Put(_ context.Context, p policy.Policy, expect int64) (policy.Policy, error) {
+func (s *FileSource) Put(_ context.Context, p policy.Policy, expect int64) (policy.Policy, error) {
 	var out policy.Policy
 	err := s.update(func(f *policy.File, h *fileHistory) error {
 		i := indexOf(f, p.ID)
@@ -288,7 +288,7 @@ func (s *FileStore) Put(_ context.Context, p policy.Policy, expect int64) (polic
 }
 
 // Delete removes a policy from the file.
-func (s *FileStore) Delete(_ context.Context, id string, expect int64) error {
+func (s *FileSource) Delete(_ context.Context, id string, expect int64) error {
 	return s.update(func(f *policy.File, h *fileHistory) error {
 		i := indexOf(f, id)
 		if i < 0 {
@@ -304,9 +304,9 @@ func (s *FileStore) Delete(_ context.Context, id string, expect int64) error {
 	})
 }
 
-// History returns the versions written through the store; a policy only
+// History returns the versions written through the source; a policy only
 // ever edited by hand has just its current version.
-func (s *FileStore) History(ctx context.Context, id string) ([]Version, error) {
+func (s *FileSource) History(ctx context.Context, id string) ([]Version, error) {
 	h, err := s.readHistory()
 	if err != nil {
 		return nil, err
@@ -314,7 +314,7 @@ func (s *FileStore) History(ctx context.Context, id string) ([]Version, error) {
 	vs := slices.Clone(h.Policies[id])
 	slices.Reverse(vs)
 	if cur, err := s.Get(ctx, id); err == nil && (len(vs) == 0 || vs[0].Deleted || vs[0].Version != cur.Version) {
-		// Edited by hand since the last write through the store.
+		// Edited by hand since the last write through the source.
 		vs = append([]Version{{Version: cur.Version, Policy: &cur}}, vs...)
 	}
 	if len(vs) == 0 {
@@ -324,7 +324,7 @@ func (s *FileStore) History(ctx context.Context, id string) ([]Version, error) {
 }
 
 // Settings returns the file's settings; the version comes from the history file.
-func (s *FileStore) Settings(context.Context) (Settings, error) {
+func (s *FileSource) Settings(context.Context) (Settings, error) {
 	_, f, err := s.read()
 	if err != nil {
 		return Settings{}, err
@@ -339,7 +339,7 @@ func (s *FileStore) Settings(context.Context) (Settings, error) {
 }
 
 // PutSettings replaces the file's settings.
-func (s *FileStore) PutSettings(_ context.Context, st Settings, expect int64) (Settings, error) {
+func (s *FileSource) PutSettings(_ context.Context, st Settings, expect int64) (Settings, error) {
 	err := s.update(func(f *policy.File, h *fileHistory) error {
 		if err := checkVersion("", expect, h.SettingsVersion); err != nil {
 			return err
@@ -373,9 +373,9 @@ func (h *fileHistory) add(id string, v Version) {
 	h.Policies[id] = vs
 }
 
-func (s *FileStore) historyPath() string { return s.path + ".history.json" }
+func (s *FileSource) historyPath() string { return s.path + ".history.json" }
 
-func (s *FileStore) readHistory() (*fileHistory, error) {
+func (s *FileSource) readHistory() (*fileHistory, error) {
 	h := &fileHistory{Policies: map[string][]Version{}}
 	data, err := os.ReadFile(s.historyPath())
 	if errors.Is(err, fs.ErrNotExist) {
@@ -396,7 +396,7 @@ func (s *FileStore) readHistory() (*fileHistory, error) {
 // update applies change to the file and its history and writes both. A
 // file that does not parse is not rewritten: fixing it is an operator's
 // job, and a rewrite would lose whatever they were typing.
-func (s *FileStore) update(change func(*policy.File, *fileHistory) error) error {
+func (s *FileSource) update(change func(*policy.File, *fileHistory) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, f, err := s.read()

@@ -18,7 +18,7 @@ import (
 
 // A FIFO (or device) at the policy path is refused with a clear error;
 // reading it blocked the watcher and every admin call for ever.
-func TestFileStoreRefusesNonRegularFiles(t *testing.T) {
+func TestFileSourceRefusesNonRegularFiles(t *testing.T) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo.yaml")
 	require.NoError(t, syscall.Mkfifo(fifo, 0o600))

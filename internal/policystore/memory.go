@@ -11,9 +11,9 @@ import (
 	"github.com/allot-dev/allot/policy"
 )
 
-// MemoryStore keeps a set in process: for tests, and for an admin API
-// tried out without a real store. It loses everything on exit.
-type MemoryStore struct {
+// MemorySource keeps a set in process: for tests, and for an admin API
+// tried out without a real source. It loses everything on exit.
+type MemorySource struct {
 	mu       sync.Mutex
 	rev      Rev
 	settings Settings
@@ -22,26 +22,26 @@ type MemoryStore struct {
 	changed  chan struct{}        // closed and replaced on every write
 }
 
-// NewMemory returns an empty in-process store.
-func NewMemory() *MemoryStore {
-	return &MemoryStore{policies: map[string]policy.Policy{}, history: map[string][]Version{}, changed: make(chan struct{})}
+// NewMemory returns an empty in-process source.
+func NewMemory() *MemorySource {
+	return &MemorySource{policies: map[string]policy.Policy{}, history: map[string][]Version{}, changed: make(chan struct{})}
 }
 
-// String names the store.
-func (m *MemoryStore) String() string { return "memory" }
+// String names the source.
+func (m *MemorySource) String() string { return "memory" }
 
 // Close does nothing.
-func (m *MemoryStore) Close() error { return nil }
+func (m *MemorySource) Close() error { return nil }
 
 // Load returns the set.
-func (m *MemoryStore) Load(context.Context) (*policy.File, Rev, error) {
+func (m *MemorySource) Load(context.Context) (*policy.File, Rev, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return fileOf(m.settings, m.policies), m.rev, nil
 }
 
 // Watch delivers the set now and after every write.
-func (m *MemoryStore) Watch(ctx context.Context, fn func(Snapshot)) error {
+func (m *MemorySource) Watch(ctx context.Context, fn func(Snapshot)) error {
 	for {
 		m.mu.Lock()
 		s := Snapshot{File: fileOf(m.settings, m.policies), Rev: m.rev}
@@ -57,14 +57,14 @@ func (m *MemoryStore) Watch(ctx context.Context, fn func(Snapshot)) error {
 }
 
 // written records a write; call with mu held.
-func (m *MemoryStore) written() {
+func (m *MemorySource) written() {
 	m.rev++
 	close(m.changed)
 	m.changed = make(chan struct{})
 }
 
 // List returns the policies ordered by id.
-func (m *MemoryStore) List(context.Context) ([]policy.Policy, error) {
+func (m *MemorySource) List(context.Context) ([]policy.Policy, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ps := slices.Collect(maps.Values(m.policies))
@@ -73,7 +73,7 @@ func (m *MemoryStore) List(context.Context) ([]policy.Policy, error) {
 }
 
 // Get returns one policy.
-func (m *MemoryStore) Get(_ context.Context, id string) (policy.Policy, error) {
+func (m *MemorySource) Get(_ context.Context, id string) (policy.Policy, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p, ok := m.policies[id]
@@ -83,7 +83,7 @@ func (m *MemoryStore) Get(_ context.Context, id string) (policy.Policy, error) {
 	return p, nil
 }
 
-func (m *MemoryStore) latest(id string) int64 {
+func (m *MemorySource) latest(id string) int64 {
 	if vs := m.history[id]; len(vs) > 0 {
 		return vs[len(vs)-1].Version
 	}
@@ -91,7 +91,7 @@ func (m *MemoryStore) latest(id string) int64 {
 }
 
 // Put writes p.
-func (m *MemoryStore) Put(_ context.Context, p policy.Policy, expect int64) (policy.Policy, error) {
+func (m *MemorySource) Put(_ context.Context, p policy.Policy, expect int64) (policy.Policy, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := checkVersion(p.ID, expect, m.policies[p.ID].Version); err != nil {
@@ -105,7 +105,7 @@ func (m *MemoryStore) Put(_ context.Context, p policy.Policy, expect int64) (pol
 }
 
 // Delete removes a policy.
-func (m *MemoryStore) Delete(_ context.Context, id string, expect int64) error {
+func (m *MemorySource) Delete(_ context.Context, id string, expect int64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	cur, ok := m.policies[id]
@@ -122,7 +122,7 @@ func (m *MemoryStore) Delete(_ context.Context, id string, expect int64) error {
 }
 
 // History returns the versions of a policy, newest first.
-func (m *MemoryStore) History(_ context.Context, id string) ([]Version, error) {
+func (m *MemorySource) History(_ context.Context, id string) ([]Version, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	vs := slices.Clone(m.history[id])
@@ -134,14 +134,14 @@ func (m *MemoryStore) History(_ context.Context, id string) ([]Version, error) {
 }
 
 // Settings returns the settings document.
-func (m *MemoryStore) Settings(context.Context) (Settings, error) {
+func (m *MemorySource) Settings(context.Context) (Settings, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.settings, nil
 }
 
 // PutSettings replaces the settings document.
-func (m *MemoryStore) PutSettings(_ context.Context, s Settings, expect int64) (Settings, error) {
+func (m *MemorySource) PutSettings(_ context.Context, s Settings, expect int64) (Settings, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := checkVersion("", expect, m.settings.Version); err != nil {

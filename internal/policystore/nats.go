@@ -33,11 +33,11 @@ const (
 // server that has just started may not have JetStream ready yet).
 const natsReadyTimeout = 15 * time.Second
 
-// NATSStore keeps each policy under its own key of the JetStream KV bucket
+// NATSSource keeps each policy under its own key of the JetStream KV bucket
 // "allot-policies", as JSON, with the bucket's per-key history (64
 // revisions) as the policy's history. Writes use the key's revision for
 // compare-and-set, so concurrent admins cannot lose each other's updates.
-type NATSStore struct {
+type NATSSource struct {
 	nc   *nats.Conn
 	kv   jetstream.KeyValue
 	name string
@@ -46,7 +46,7 @@ type NATSStore struct {
 
 // OpenNATS connects to the NATS servers of rawURL (comma-separated for a
 // cluster) and binds the bucket, creating it if missing.
-func OpenNATS(ctx context.Context, rawURL string, opts Options) (*NATSStore, error) {
+func OpenNATS(ctx context.Context, rawURL string, opts Options) (*NATSSource, error) {
 	log := opts.logger()
 	servers, replicas, err := natsURL(rawURL)
 	if err != nil {
@@ -74,7 +74,7 @@ func OpenNATS(ctx context.Context, rawURL string, opts Options) (*NATSStore, err
 		nc.Close()
 		return nil, fmt.Errorf("nats store %s: bucket %s: %w", name, Bucket, err)
 	}
-	return &NATSStore{nc: nc, kv: kv, name: name, log: log}, nil
+	return &NATSSource{nc: nc, kv: kv, name: name, log: log}, nil
 }
 
 // natsURL splits off our ?replicas= parameter.
@@ -123,10 +123,10 @@ func bindBucket(ctx context.Context, js jetstream.JetStream, replicas int) (jets
 }
 
 // String names the servers, without credentials.
-func (s *NATSStore) String() string { return s.name }
+func (s *NATSSource) String() string { return s.name }
 
 // Close closes the connection.
-func (s *NATSStore) Close() error {
+func (s *NATSSource) Close() error {
 	s.nc.Close()
 	return nil
 }
@@ -228,7 +228,7 @@ func (st *natsState) snapshot() Snapshot {
 }
 
 // Load reads the latest value of every key.
-func (s *NATSStore) Load(ctx context.Context) (*policy.File, Rev, error) {
+func (s *NATSSource) Load(ctx context.Context) (*policy.File, Rev, error) {
 	w, err := s.kv.WatchAll(ctx)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: load: %w", s.name, err)
@@ -254,7 +254,7 @@ func (s *NATSStore) Load(ctx context.Context) (*policy.File, Rev, error) {
 
 // Watch delivers the bucket after its initial values and then after every
 // change. A burst of updates already queued is applied before delivering.
-func (s *NATSStore) Watch(ctx context.Context, fn func(Snapshot)) error {
+func (s *NATSSource) Watch(ctx context.Context, fn func(Snapshot)) error {
 	for ctx.Err() == nil {
 		err := s.watchOnce(ctx, fn)
 		if ctx.Err() != nil {
@@ -269,7 +269,7 @@ func (s *NATSStore) Watch(ctx context.Context, fn func(Snapshot)) error {
 	return nil
 }
 
-func (s *NATSStore) watchOnce(ctx context.Context, fn func(Snapshot)) error {
+func (s *NATSSource) watchOnce(ctx context.Context, fn func(Snapshot)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w, err := s.kv.WatchAll(ctx)
@@ -301,7 +301,7 @@ func (s *NATSStore) watchOnce(ctx context.Context, fn func(Snapshot)) error {
 	}
 }
 
-func (s *NATSStore) get(ctx context.Context, id string) (policy.Policy, uint64, error) {
+func (s *NATSSource) get(ctx context.Context, id string) (policy.Policy, uint64, error) {
 	e, err := s.kv.Get(ctx, policyKey(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return policy.Policy{}, 0, notFound(id)
@@ -317,7 +317,7 @@ func (s *NATSStore) get(ctx context.Context, id string) (policy.Policy, uint64, 
 }
 
 // List returns every policy that decodes, ordered by id.
-func (s *NATSStore) List(ctx context.Context) ([]policy.Policy, error) {
+func (s *NATSSource) List(ctx context.Context) ([]policy.Policy, error) {
 	f, _, err := s.Load(ctx)
 	if f == nil {
 		return nil, err
@@ -326,13 +326,13 @@ func (s *NATSStore) List(ctx context.Context) ([]policy.Policy, error) {
 }
 
 // Get returns one policy.
-func (s *NATSStore) Get(ctx context.Context, id string) (policy.Policy, error) {
+func (s *NATSSource) Get(ctx context.Context, id string) (policy.Policy, error) {
 	p, _, err := s.get(ctx, id)
 	return p, err
 }
 
 // Put writes p with compare-and-set on the key's revision.
-func (s *NATSStore) Put(ctx context.Context, p policy.Policy, expect int64) (policy.Policy, error) {
+func (s *NATSSource) Put(ctx context.Context, p policy.Policy, expect int64) (policy.Policy, error) {
 	cur, rev, err := s.get(ctx, p.ID)
 	exists := err == nil
 	if err != nil && !errors.Is(err, ErrNotFound) {
@@ -373,13 +373,13 @@ func (s *NATSStore) Put(ctx context.Context, p policy.Policy, expect int64) (pol
 }
 
 // raced reports a compare-and-set lost to a concurrent writer.
-func (s *NATSStore) raced(ctx context.Context, id string, expect int64) error {
+func (s *NATSSource) raced(ctx context.Context, id string, expect int64) error {
 	cur, _, _ := s.get(ctx, id)
 	return &ConflictError{ID: id, Expected: expect, Actual: cur.Version}
 }
 
 // Delete places a delete marker (the history stays).
-func (s *NATSStore) Delete(ctx context.Context, id string, expect int64) error {
+func (s *NATSSource) Delete(ctx context.Context, id string, expect int64) error {
 	cur, rev, err := s.get(ctx, id)
 	if err != nil {
 		return err
@@ -399,7 +399,7 @@ func (s *NATSStore) Delete(ctx context.Context, id string, expect int64) error {
 
 // History returns the bucket's revisions of a policy, newest first. A
 // delete marker carries no value; its version is the one before plus one.
-func (s *NATSStore) History(ctx context.Context, id string) ([]Version, error) {
+func (s *NATSSource) History(ctx context.Context, id string) ([]Version, error) {
 	entries, err := s.kv.History(ctx, policyKey(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, notFound(id)
@@ -430,12 +430,12 @@ func (s *NATSStore) History(ctx context.Context, id string) ([]Version, error) {
 }
 
 // Settings returns the settings document.
-func (s *NATSStore) Settings(ctx context.Context) (Settings, error) {
+func (s *NATSSource) Settings(ctx context.Context) (Settings, error) {
 	st, _, err := s.settings(ctx)
 	return st, err
 }
 
-func (s *NATSStore) settings(ctx context.Context) (Settings, uint64, error) {
+func (s *NATSSource) settings(ctx context.Context) (Settings, uint64, error) {
 	e, err := s.kv.Get(ctx, settingsKey)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Settings{}, 0, nil
@@ -451,7 +451,7 @@ func (s *NATSStore) settings(ctx context.Context) (Settings, uint64, error) {
 }
 
 // PutSettings replaces the settings document with compare-and-set.
-func (s *NATSStore) PutSettings(ctx context.Context, st Settings, expect int64) (Settings, error) {
+func (s *NATSSource) PutSettings(ctx context.Context, st Settings, expect int64) (Settings, error) {
 	cur, rev, err := s.settings(ctx)
 	if err != nil {
 		return Settings{}, err

@@ -17,7 +17,7 @@ import (
 	"github.com/allot-dev/allot/policy"
 )
 
-// DefaultPGRefresh is how often a PostgreSQL watcher checks the store's
+// DefaultPGRefresh is how often a PostgreSQL watcher checks the source's
 // revision when no notification arrives: the safety net for a lost
 // notification, not the way changes normally arrive (LISTEN/NOTIFY is).
 const DefaultPGRefresh = 30 * time.Second
@@ -27,7 +27,7 @@ const pgChannel = "allot_policies"
 
 // pgSchema creates the tables (idempotently). The rules table is
 // allot_policies, one row per policy, the body as JSON. Triggers, not Go
-// code, keep versions, history, the store revision and the notification,
+// code, keep versions, history, the source revision and the notification,
 // so that a rule changed with plain SQL is versioned and pushed too.
 // Needs PostgreSQL 14 or later (CREATE OR REPLACE TRIGGER).
 const pgSchema = `
@@ -102,11 +102,11 @@ CREATE OR REPLACE TRIGGER allot_settings_bump AFTER INSERT OR UPDATE OR DELETE O
 	FOR EACH STATEMENT EXECUTE FUNCTION allot_bump();
 `
 
-// PGStore keeps policies in PostgreSQL (seed 003's rules database): nodes
+// PostgresSource keeps policies in PostgreSQL (seed 003's rules database): nodes
 // cache the whole set, hear changes at once through LISTEN/NOTIFY, and
 // check the revision every refresh interval in case a notification was
 // lost (notifications are not delivered to a disconnected listener).
-type PGStore struct {
+type PostgresSource struct {
 	pool    *pgxpool.Pool
 	name    string
 	refresh time.Duration
@@ -115,7 +115,7 @@ type PGStore struct {
 
 // OpenPostgres connects and creates the schema if it is missing. rawURL
 // is a libpq URL; ?refresh=DURATION sets the periodic check.
-func OpenPostgres(ctx context.Context, rawURL string, opts Options) (*PGStore, error) {
+func OpenPostgres(ctx context.Context, rawURL string, opts Options) (*PostgresSource, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("postgres store: %w", err)
@@ -143,20 +143,20 @@ func OpenPostgres(ctx context.Context, rawURL string, opts Options) (*PGStore, e
 		pool.Close()
 		return nil, fmt.Errorf("postgres store %s: create schema: %w", name, err)
 	}
-	return &PGStore{pool: pool, name: name, refresh: refresh, log: opts.logger()}, nil
+	return &PostgresSource{pool: pool, name: name, refresh: refresh, log: opts.logger()}, nil
 }
 
 // String names the database, without the password.
-func (s *PGStore) String() string { return s.name }
+func (s *PostgresSource) String() string { return s.name }
 
 // Close closes the pool.
-func (s *PGStore) Close() error {
+func (s *PostgresSource) Close() error {
 	s.pool.Close()
 	return nil
 }
 
 // Load reads the whole set in one snapshot, so the revision matches rows.
-func (s *PGStore) Load(ctx context.Context) (*policy.File, Rev, error) {
+func (s *PostgresSource) Load(ctx context.Context) (*policy.File, Rev, error) {
 	var (
 		f        *policy.File
 		rev      int64
@@ -208,7 +208,7 @@ func decodePolicy(id string, version int64, body []byte) (policy.Policy, error) 
 // Watch listens for notifications on a dedicated connection, delivering
 // the set first and then whenever the revision moves. It reconnects
 // (delivering again if anything changed meanwhile) until ctx is done.
-func (s *PGStore) Watch(ctx context.Context, fn func(Snapshot)) error {
+func (s *PostgresSource) Watch(ctx context.Context, fn func(Snapshot)) error {
 	w := &pgWatch{s: s, fn: fn}
 	for ctx.Err() == nil {
 		err := w.run(ctx)
@@ -225,7 +225,7 @@ func (s *PGStore) Watch(ctx context.Context, fn func(Snapshot)) error {
 }
 
 type pgWatch struct {
-	s         *PGStore
+	s         *PostgresSource
 	fn        func(Snapshot)
 	delivered bool
 	last      Rev
@@ -289,7 +289,7 @@ func (w *pgWatch) deliver(ctx context.Context, check bool) error {
 }
 
 // List returns every policy that decodes, ordered by id.
-func (s *PGStore) List(ctx context.Context) ([]policy.Policy, error) {
+func (s *PostgresSource) List(ctx context.Context) ([]policy.Policy, error) {
 	f, _, err := s.Load(ctx)
 	if f == nil {
 		return nil, err
@@ -298,7 +298,7 @@ func (s *PGStore) List(ctx context.Context) ([]policy.Policy, error) {
 }
 
 // Get returns one policy.
-func (s *PGStore) Get(ctx context.Context, id string) (policy.Policy, error) {
+func (s *PostgresSource) Get(ctx context.Context, id string) (policy.Policy, error) {
 	var (
 		version int64
 		body    []byte
@@ -329,7 +329,7 @@ func lockedVersion(ctx context.Context, tx pgx.Tx, id string) (int64, error) {
 
 // Put inserts or updates p; the row lock makes the version check atomic,
 // and a concurrent insert of the same id fails on the primary key.
-func (s *PGStore) Put(ctx context.Context, p policy.Policy, expect int64) (policy.Policy, error) {
+func (s *PostgresSource) Put(ctx context.Context, p policy.Policy, expect int64) (policy.Policy, error) {
 	p.Version = 0 // the trigger sets it; keep it out of the body
 	body, err := json.Marshal(p)
 	if err != nil {
@@ -363,8 +363,8 @@ func isUniqueViolation(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "23505"
 }
 
-// wrap leaves the store's own errors (conflict, not found) as they are.
-func (s *PGStore) wrap(op, id string, err error) error {
+// wrap leaves the source's own errors (conflict, not found) as they are.
+func (s *PostgresSource) wrap(op, id string, err error) error {
 	if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
 		return err
 	}
@@ -372,7 +372,7 @@ func (s *PGStore) wrap(op, id string, err error) error {
 }
 
 // Delete removes a policy; the trigger records the tombstone.
-func (s *PGStore) Delete(ctx context.Context, id string, expect int64) error {
+func (s *PostgresSource) Delete(ctx context.Context, id string, expect int64) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		cur, err := lockedVersion(ctx, tx, id)
 		if err != nil {
@@ -394,7 +394,7 @@ func (s *PGStore) Delete(ctx context.Context, id string, expect int64) error {
 }
 
 // History returns every recorded version of a policy, newest first.
-func (s *PGStore) History(ctx context.Context, id string) ([]Version, error) {
+func (s *PostgresSource) History(ctx context.Context, id string) ([]Version, error) {
 	rows, _ := s.pool.Query(ctx, `SELECT version, body, written_at FROM allot_policy_history WHERE id = $1 ORDER BY version DESC`, id)
 	var out []Version
 	var (
@@ -424,7 +424,7 @@ func (s *PGStore) History(ctx context.Context, id string) ([]Version, error) {
 }
 
 // Settings returns the settings document.
-func (s *PGStore) Settings(ctx context.Context) (Settings, error) {
+func (s *PostgresSource) Settings(ctx context.Context) (Settings, error) {
 	st, err := s.settingsIn(ctx, s.pool)
 	if err != nil {
 		return Settings{}, fmt.Errorf("%s: settings: %w", s.name, err)
@@ -436,7 +436,7 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-func (s *PGStore) settingsIn(ctx context.Context, q querier) (Settings, error) {
+func (s *PostgresSource) settingsIn(ctx context.Context, q querier) (Settings, error) {
 	var (
 		version int64
 		body    []byte
@@ -457,7 +457,7 @@ func (s *PGStore) settingsIn(ctx context.Context, q querier) (Settings, error) {
 }
 
 // PutSettings replaces the settings document.
-func (s *PGStore) PutSettings(ctx context.Context, st Settings, expect int64) (Settings, error) {
+func (s *PostgresSource) PutSettings(ctx context.Context, st Settings, expect int64) (Settings, error) {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var cur int64
 		err := tx.QueryRow(ctx, `SELECT version FROM allot_settings FOR UPDATE`).Scan(&cur)

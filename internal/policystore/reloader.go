@@ -20,13 +20,13 @@ type Target interface {
 	SetPolicies(*policy.Set)
 }
 
-// Reloader keeps a Target on the store's latest valid set. Every change is
+// Reloader keeps a Target on the source's latest valid set. Every change is
 // compiled as a whole before it is applied; a set that does not compile is
 // rejected with each of its problems logged, and the target keeps the last
 // known good set.
 type Reloader struct {
-	store Store
-	log   *slog.Logger
+	src Source
+	log *slog.Logger
 
 	mu     sync.Mutex
 	status Status
@@ -48,12 +48,12 @@ type Status struct {
 	Err        error
 }
 
-// NewReloader returns a Reloader over store. Nil log discards.
-func NewReloader(store Store, log *slog.Logger) *Reloader {
+// NewReloader returns a Reloader over src. Nil log discards.
+func NewReloader(src Source, log *slog.Logger) *Reloader {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Reloader{store: store, log: log}
+	return &Reloader{src: src, log: log}
 }
 
 // Status returns what the reloader last did.
@@ -63,15 +63,15 @@ func (r *Reloader) Status() Status {
 	return r.status
 }
 
-// Load reads and compiles the store's set as it is now, for a node's first
+// Load reads and compiles the source's set as it is now, for a node's first
 // set. Unlike a reload there is no good set to keep, so a bad set is an
 // error (a *policy.ValidationError listing every problem).
 func (r *Reloader) Load(ctx context.Context) (*policy.Set, error) {
-	f, rev, err := r.store.Load(ctx)
+	f, rev, err := r.src.Load(ctx)
 	if f == nil {
 		return nil, err
 	}
-	set, err := compile(r.store.String(), Snapshot{File: f, Rev: rev, Problems: problemsOf(err)})
+	set, err := compile(r.src.String(), Snapshot{File: f, Rev: rev, Problems: problemsOf(err)})
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +79,7 @@ func (r *Reloader) Load(ctx context.Context) (*policy.Set, error) {
 	return set, nil
 }
 
-// compile compiles a snapshot; the store's decoding problems and the
+// compile compiles a snapshot; the source's decoding problems and the
 // validator's are reported together.
 func compile(source string, s Snapshot) (*policy.Set, error) {
 	set, err := policy.Compile(source, s.File)
@@ -101,9 +101,9 @@ func (r *Reloader) applied(rev Rev, set *policy.Set) {
 	r.status.Rejected, r.status.RejectedAt, r.status.Err = 0, time.Time{}, nil
 }
 
-// Run watches the store and applies each valid new set to target until
+// Run watches the source and applies each valid new set to target until
 // ctx is done. Bursts of changes are coalesced: only the newest snapshot
-// is compiled. If the store's watch fails, Run logs it and watches again.
+// is compiled. If the source's watch fails, Run logs it and watches again.
 func (r *Reloader) Run(ctx context.Context, target Target) error {
 	var latest atomic.Pointer[Snapshot]
 	wake := make(chan struct{}, 1)
@@ -111,7 +111,7 @@ func (r *Reloader) Run(ctx context.Context, target Target) error {
 	go func() { // owned by Run, which waits for it
 		defer close(watchDone)
 		for ctx.Err() == nil {
-			err := r.store.Watch(ctx, func(s Snapshot) {
+			err := r.src.Watch(ctx, func(s Snapshot) {
 				latest.Store(&s)
 				select {
 				case wake <- struct{}{}:
@@ -121,7 +121,7 @@ func (r *Reloader) Run(ctx context.Context, target Target) error {
 			if err == nil || ctx.Err() != nil {
 				continue
 			}
-			r.log.Error("policy watch failed; retrying", "store", r.store.String(), "err", err)
+			r.log.Error("policy watch failed; retrying", "store", r.src.String(), "err", err)
 			select {
 			case <-ctx.Done():
 			case <-time.After(time.Second):
@@ -153,7 +153,7 @@ func (r *Reloader) apply(s Snapshot, target Target) {
 	if s.Rev == st.Rejected && st.Err != nil {
 		return // rejected already; said so
 	}
-	source := r.store.String()
+	source := r.src.String()
 	set, err := compile(source, s)
 	if err != nil {
 		r.reject(s.Rev, err)
@@ -177,7 +177,7 @@ func (r *Reloader) reject(rev Rev, err error) {
 	r.mu.Unlock()
 	problems := problemsOf(err)
 	r.log.Error("policy set rejected; keeping the last known good set",
-		"store", r.store.String(), "rev", uint64(rev), "in_force", uint64(applied), "problems", len(problems))
+		"store", r.src.String(), "rev", uint64(rev), "in_force", uint64(applied), "problems", len(problems))
 	for _, p := range problems {
 		r.log.Error("policy problem", "rev", uint64(rev), "policy", p.Policy, "field", p.Field, "msg", p.Msg)
 	}

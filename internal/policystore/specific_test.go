@@ -32,7 +32,7 @@ policies:
       - {name: per_second, algorithm: token_bucket, limit: 5, period: 1s, burst: 10}
 `
 
-func TestFileStoreSeesHandEditsAndRewritesReadably(t *testing.T) {
+func TestFileSourceSeesHandEditsAndRewritesReadably(t *testing.T) {
 	path := emptyFile(t, "p.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(handWritten), 0o640))
 	require.NoError(t, os.Chmod(path, 0o640))
@@ -85,7 +85,7 @@ func TestFileStoreSeesHandEditsAndRewritesReadably(t *testing.T) {
 	require.Len(t, hist, 1)
 }
 
-func TestNATSStoreReportsUndecodableValues(t *testing.T) {
+func TestNATSSourceReportsUndecodableValues(t *testing.T) {
 	url := natstest.Server(t)
 	s := openURL(t, url)
 	ctx := context.Background()

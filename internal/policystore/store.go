@@ -1,17 +1,20 @@
 // Package policystore keeps policy sets where operators can change them
 // while nodes run: a file, a NATS JetStream key-value bucket or a
-// PostgreSQL table, behind one small interface, Store. Each store pushes
-// changes to watchers, keeps a version per policy (incremented on every
-// write, checked optimistically) and the history of each policy.
+// PostgreSQL table (or memory, for tests), each a Source behind one small
+// interface. Each source pushes changes to watchers, keeps a version per
+// policy (incremented on every write, checked optimistically) and the
+// history of each policy.
 //
-// The Reloader turns a store's changes into compiled policy sets: it
+// The Reloader turns a source's changes into compiled policy sets: it
 // compiles the whole set before applying it and keeps the last known good
 // set when a change does not validate.
 //
-// policystore never validates a single write: that is the admin API's job
-// (it validates the whole resulting set before writing). A store therefore
-// may hold a bad set, written by hand or by another tool, and watchers must
-// be ready for it.
+// policystore owns where policies are kept and how their changes reach
+// watchers; it counts no request (counters are a Store's: region,
+// memstore). It never validates a single write: that is the admin API's
+// job (it validates the whole resulting set before writing). A source
+// therefore may hold a bad set, written by hand or by another tool, and
+// watchers must be ready for it.
 package policystore
 
 import (
@@ -30,14 +33,14 @@ import (
 	"github.com/allot-dev/allot/policy"
 )
 
-// Store holds one policy set: the file-level settings and the policies,
+// Source holds one policy set: the file-level settings and the policies,
 // each stored and versioned on its own so that admins edit one policy
 // without rewriting the others.
 //
 // Every method is safe for concurrent use. Versions count from 1; a
 // policy's version increments on every write, including a delete (whose
 // tombstone takes the next version) and a re-creation after it.
-type Store interface {
+type Source interface {
 	// Load reads the whole set as it is now. Entries that cannot be
 	// decoded are left out of the file and listed in a returned
 	// *policy.ValidationError (the file is returned too).
@@ -58,33 +61,33 @@ type Store interface {
 	Put(ctx context.Context, p policy.Policy, expect int64) (policy.Policy, error)
 	// Delete removes a policy if its version is expect (or AnyVersion).
 	Delete(ctx context.Context, id string, expect int64) error
-	// History returns the versions of a policy the store still keeps,
+	// History returns the versions of a policy the source still keeps,
 	// newest first, the current one included; deletions are tombstones.
 	History(ctx context.Context, id string) ([]Version, error)
 
 	// Settings returns the file-level settings (tenants, default tier,
-	// costs, runtime knobs). A store never written has empty settings at version 0.
+	// costs, runtime knobs). A source never written has empty settings at version 0.
 	Settings(ctx context.Context) (Settings, error)
 	// PutSettings replaces the settings document if its version is expect
 	// (or AnyVersion) and returns it as stored.
 	PutSettings(ctx context.Context, s Settings, expect int64) (Settings, error)
 
-	// String names the store for logs and error sources, without secrets.
+	// String names the source for logs and error sources, without secrets.
 	String() string
 	// Close releases connections. Watchers must have returned first.
 	Close() error
 }
 
-// Rev identifies a state of a whole store. It is opaque: two loads with the
-// same Rev hold the same set, but Revs need not be ordered (the file store
+// Rev identifies a state of a whole source. It is opaque: two loads with the
+// same Rev hold the same set, but Revs need not be ordered (the file source
 // uses a content hash).
 type Rev uint64
 
-// Snapshot is one state of a store, as delivered to watchers.
+// Snapshot is one state of a source, as delivered to watchers.
 type Snapshot struct {
 	File *policy.File
 	Rev  Rev
-	// Problems lists entries the store could not decode (they are not in
+	// Problems lists entries the source could not decode (they are not in
 	// File). A snapshot with problems must not be applied.
 	Problems []policy.Problem
 }
@@ -100,7 +103,7 @@ type Settings struct {
 	// of the nodes' leases (policy.File has the same blocks).
 	Rebalance *policy.RebalanceKnobs `json:"rebalance,omitempty"`
 	Lease     *policy.LeaseKnobs     `json:"lease,omitempty"`
-	// Version is set by the store; 0 until the first write.
+	// Version is set by the source; 0 until the first write.
 	Version int64 `json:"version,omitempty"`
 }
 
@@ -160,20 +163,20 @@ func checkVersion(id string, expect, actual int64) error {
 
 func notFound(id string) error { return fmt.Errorf("%w: %q", ErrNotFound, id) }
 
-// Options tune the stores that Open builds.
+// Options tune the sources that Open builds.
 type Options struct {
 	// Logger receives reconnects and watch failures. Nil discards.
 	Logger *slog.Logger
-	// PollInterval is how often the file store looks for changes and how
-	// often the PostgreSQL store checks its revision when no notification
-	// arrives. Zero picks the store's default.
+	// PollInterval is how often the file source looks for changes and how
+	// often the PostgreSQL source checks its revision when no notification
+	// arrives. Zero picks the source's default.
 	PollInterval time.Duration
-	// NATS are extra options of the NATS store's connection: credentials
+	// NATS are extra options of the NATS source's connection: credentials
 	// (nats.UserCredentials, nats.UserInfo) and TLS (nats.Secure).
 	NATS []nats.Option
 }
 
-// Open opens the store a URL names:
+// Open opens the source a URL names:
 //
 //	file:PATH                  a YAML or JSON policy file (file:///abs/path works too)
 //	nats://HOST:PORT[,...]     the JetStream KV bucket "allot-policies"
@@ -183,7 +186,7 @@ type Options struct {
 // A NATS URL may carry ?replicas=N (bucket replicas when it is created); a
 // PostgreSQL URL may carry ?refresh=DURATION (the periodic check behind
 // LISTEN/NOTIFY); both parameters are removed before connecting.
-func Open(ctx context.Context, rawURL string, opts Options) (Store, error) {
+func Open(ctx context.Context, rawURL string, opts Options) (Source, error) {
 	scheme, _, ok := strings.Cut(rawURL, ":")
 	if !ok {
 		return nil, fmt.Errorf("store %q: want file:PATH, nats://HOST:PORT or postgres://USER@HOST/DB", rawURL)
@@ -247,7 +250,7 @@ func SettingsOf(f *policy.File) Settings {
 
 // ApplyTo replaces f's settings with s, leaving its policies alone. It is
 // SettingsOf's inverse, kept here so that a field added to the document
-// is carried by every store and by the admin API alike.
+// is carried by every source and by the admin API alike.
 func (s Settings) ApplyTo(f *policy.File) {
 	f.Tenants, f.DefaultTier, f.Costs = s.Tenants, s.DefaultTier, s.Costs
 	f.Rebalance, f.Lease = s.Rebalance, s.Lease

@@ -33,7 +33,7 @@ func emptyFile(t *testing.T, name string) string {
 	return path
 }
 
-func openURL(t *testing.T, url string) policystore.Store {
+func openURL(t *testing.T, url string) policystore.Source {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -43,23 +43,23 @@ func openURL(t *testing.T, url string) policystore.Store {
 	return s
 }
 
-// stores opens each kind of store, fresh, for the same tests.
-var stores = map[string]func(t *testing.T) policystore.Store{
-	"memory":    func(t *testing.T) policystore.Store { return policystore.NewMemory() },
-	"file-yaml": func(t *testing.T) policystore.Store { return openURL(t, "file:"+emptyFile(t, "p.yaml")) },
-	"file-json": func(t *testing.T) policystore.Store { return openURL(t, "file:"+emptyFile(t, "p.json")) },
-	"nats":      func(t *testing.T) policystore.Store { return openURL(t, natstest.Server(t)) },
-	"postgres":  func(t *testing.T) policystore.Store { return openURL(t, pgtest.Database(t)) },
+// sources opens each kind of source, fresh, for the same tests.
+var sources = map[string]func(t *testing.T) policystore.Source{
+	"memory":    func(t *testing.T) policystore.Source { return policystore.NewMemory() },
+	"file-yaml": func(t *testing.T) policystore.Source { return openURL(t, "file:"+emptyFile(t, "p.yaml")) },
+	"file-json": func(t *testing.T) policystore.Source { return openURL(t, "file:"+emptyFile(t, "p.json")) },
+	"nats":      func(t *testing.T) policystore.Source { return openURL(t, natstest.Server(t)) },
+	"postgres":  func(t *testing.T) policystore.Source { return openURL(t, pgtest.Database(t)) },
 }
 
-func forEachStore(t *testing.T, test func(t *testing.T, s policystore.Store)) {
-	for name, open := range stores {
+func forEachSource(t *testing.T, test func(t *testing.T, s policystore.Source)) {
+	for name, open := range sources {
 		t.Run(name, func(t *testing.T) { test(t, open(t)) })
 	}
 }
 
 func TestVersionsConflictsAndHistory(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s policystore.Store) {
+	forEachSource(t, func(t *testing.T, s policystore.Source) {
 		ctx := context.Background()
 		p, err := s.Put(ctx, pol("b.x", 5), policystore.NotExist)
 		require.NoError(t, err)
@@ -114,7 +114,7 @@ func TestVersionsConflictsAndHistory(t *testing.T) {
 }
 
 func TestSettingsAndLoad(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s policystore.Store) {
+	forEachSource(t, func(t *testing.T, s policystore.Source) {
 		ctx := context.Background()
 		st, err := s.Settings(ctx)
 		require.NoError(t, err)
@@ -170,7 +170,7 @@ func (s *snapshots) last() (policystore.Snapshot, bool) {
 }
 
 // watch runs s.Watch until the test ends.
-func watch(t *testing.T, s policystore.Store) *snapshots {
+func watch(t *testing.T, s policystore.Source) *snapshots {
 	t.Helper()
 	got := &snapshots{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -202,7 +202,7 @@ func eventually(t *testing.T, within time.Duration, cond func() bool, msg string
 }
 
 func TestWatchPushesChanges(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s policystore.Store) {
+	forEachSource(t, func(t *testing.T, s policystore.Source) {
 		ctx := context.Background()
 		_, err := s.Put(ctx, pol("first", 1), policystore.NotExist)
 		require.NoError(t, err)

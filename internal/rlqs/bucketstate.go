@@ -19,11 +19,11 @@ type bucket struct {
 	id  string
 	req policy.Request
 	bad error // why the id is refused: answered deny-all
-	// demand is the client's offered rate (requests/s) in its last
+	// offered is the client's offered rate (requests/s) in its last
 	// report; +Inf before one shows it.
-	demand float64
-	seen   bool // a report of it was answered
-	zeros  int  // reports in a row with time_elapsed under 1 s, after the first
+	offered float64
+	seen    bool // a report of it was answered
+	zeros   int  // reports in a row with time_elapsed under 1 s, after the first
 	// idleSince is the first of the reports in a row that showed no
 	// request; zero while requests come.
 	idleSince time.Time
@@ -33,7 +33,7 @@ type bucket struct {
 	pid       *rlqsv3.BucketId // as the client last named it, for updates
 }
 
-// note updates b from a report of it: its demand, its usage (charged to
+// note updates b from a report of it: its offered rate, its usage (charged to
 // its region buckets at their next settlement) and its grant (a policy
 // reload applies from the next report).
 func (st *stream) note(b *bucket, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) error {
@@ -56,7 +56,7 @@ func (st *stream) note(b *bucket, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuo
 		} else {
 			b.zeros = 0
 			st.interval = min(el, maxInterval)
-			b.demand = float64(allowed+denied) / el.Seconds()
+			b.offered = float64(allowed+denied) / el.Seconds()
 		}
 	}
 	b.seen = true
@@ -75,7 +75,7 @@ func (st *stream) note(b *bucket, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuo
 			c = &consumer{seq: s.seq.Add(1), moved: st.moved}
 			b.cons[k.Key] = c
 		}
-		s.split.join(k, c, b.demand*float64(g.Cost), st.interval)
+		s.split.join(k, c, b.offered*float64(g.Cost), st.interval)
 		s.split.use(k.Key, c, allowed*g.Cost, now)
 		if k.Global {
 			s.cfg.Decider.QuotaUsage(k.Key, allowed*g.Cost, denied*g.Cost)

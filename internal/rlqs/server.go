@@ -8,7 +8,7 @@
 // rate is the client's max-min fair part of every region bucket the
 // bucket spends (decide.Decider.Quota), split among all of that region
 // bucket's consumers on every node (RLQS clients and, as one, the leases
-// of CheckRateLimit) from the demands each node publishes in the region's
+// of CheckRateLimit) from the offered rates each node publishes in the region's
 // Redis (lua/part.lua: one call per region bucket per node per reporting
 // interval, more while parts move or leases share the bucket; see
 // keyState.due). What clients admit is charged to the same region bucket
@@ -23,8 +23,11 @@
 // The bound is in ARCHITECTURE.md ("RLQS: rate parts"); docs/rlqs.md is
 // the user's reference.
 //
-// rlqs owns no counter: the region buckets are Redis's, the split's
-// inputs are the ledger's. It never blocks a stream on another.
+// rlqs owns the streams, each bucket's assignment and this node's side of
+// every region bucket's split; it owns no counter: the region buckets are
+// Redis's, the split's inputs are the ledger's. It must not decide which
+// policies a bucket spends (decide.Decider.Quota does), and it never
+// blocks a stream on another.
 package rlqs
 
 import (
@@ -426,7 +429,7 @@ func (st *stream) bucket(id *rlqsv3.BucketId) *bucket {
 	if len(st.buckets) >= s.cfg.MaxBuckets {
 		return nil
 	}
-	b := &bucket{id: key, req: req, bad: bad, demand: math.Inf(1), cons: map[string]*consumer{}}
+	b := &bucket{id: key, req: req, bad: bad, offered: math.Inf(1), cons: map[string]*consumer{}}
 	st.buckets[key] = b
 	s.buckets.Add(1)
 	if bad != nil {

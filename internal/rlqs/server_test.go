@@ -214,7 +214,7 @@ func TestMovedPartsAreSentBetweenReports(t *testing.T) {
 	assert.LessOrEqual(t, ra+rb, 1200*1.01, "the parts never sum past what the bucket can give")
 }
 
-// Two nodes split one region bucket by demand through its Redis.
+// Two nodes split one region bucket by offered rate through its Redis.
 func TestTwoNodesSplitOneKey(t *testing.T) {
 	l := ledger(t)
 	clk := &clock{now: time.Unix(1e6, 0)}
@@ -234,7 +234,7 @@ func TestTwoNodesSplitOneKey(t *testing.T) {
 	for range 8 {
 		clk.add(time.Second)
 		// Usage on virtual time would drain the bucket that Redis
-		// refills on its own clock: demand alone.
+		// refills on its own clock: offered rates alone.
 		resp, err := roundTrip(t, sa, "", report(id, time.Second, 0, 5000))
 		require.NoError(t, err)
 		st, _ := strategy(t, resp)
@@ -245,7 +245,7 @@ func TestTwoNodesSplitOneKey(t *testing.T) {
 		rb = rateOf(st.GetTokenBucket())
 	}
 	t.Logf("parts: %.1f and %.1f", ra, rb)
-	assert.InDelta(t, ra, rb, 0.2*ra, "equal demands, equal parts")
+	assert.InDelta(t, ra, rb, 0.2*ra, "equal offered rates, equal parts")
 	// A full bucket gives its burst over the horizon too: 2,000/s.
 	assert.LessOrEqual(t, ra+rb, 2000.0*1.01, "the parts never sum past what the bucket can give")
 	assert.Greater(t, ra+rb, 2000.0*0.9)

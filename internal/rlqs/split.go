@@ -38,8 +38,9 @@ const (
 	// floorFraction of the equal split is every live consumer's floor, so
 	// an idle bucket is not denied for being idle.
 	floorFraction = 0.1
-	// growth: a consumer whose leases were short (unmet demand) or whose
-	// demand is unknown asks for the whole rate; one that was served asks
+	// growth: a consumer whose leases were short (they asked for more
+	// than was granted) or whose offered rate is unknown asks for the
+	// whole rate; one that was served asks
 	// for what it used times growth.
 	growth = 1.25
 )
@@ -47,8 +48,8 @@ const (
 // consumer is one stream bucket's claim on one region key (tokens/s).
 type consumer struct {
 	seq      uint64        // order of arrival, for a stable order
-	gone     bool          // its stream ended: kept, with no demand, until its part expires
-	demand   float64       // offered rate; +Inf until a report shows it
+	gone     bool          // its stream ended: kept, offering nothing, until its part expires
+	offered  float64       // offered rate; +Inf until a report shows it
 	interval time.Duration // its client's reporting interval
 	sent     float64       // the part last sent to the client
 	until    time.Time
@@ -81,7 +82,7 @@ func (c *consumer) wake() {
 }
 
 // accrue charges ks for what c is taken to have admitted since it was
-// last charged: at the rate of its part, or of its demand if smaller.
+// last charged: at the rate of its part, or of its offered rate if smaller.
 // Clients report every few seconds; charging only then would leave the
 // bucket seconds behind what its consumers spend, and the split, which
 // reads the bucket's tokens, would swing with each report.
@@ -93,7 +94,7 @@ func (ks *keyState) accrue(c *consumer, now time.Time) {
 	if c.gone {
 		r = 0
 	}
-	est := min(r, finite(c.demand, r)) * now.Sub(c.accruedAt).Seconds()
+	est := min(r, finite(c.offered, r)) * now.Sub(c.accruedAt).Seconds()
 	c.accrued += est
 	ks.usage += est
 	c.accruedAt = now
@@ -144,12 +145,12 @@ func newSplitter(node string, l Ledger) *splitter {
 	return &splitter{keys: map[string]*keyState{}, node: node, ledger: l}
 }
 
-// join adds c to key k with its demand (tokens/s) and its client's
+// join adds c to key k with its offered rate (tokens/s) and its client's
 // reporting interval.
-func (s *splitter) join(k decide.QuotaKey, c *consumer, demand float64, interval time.Duration) {
+func (s *splitter) join(k decide.QuotaKey, c *consumer, offered float64, interval time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c.demand, c.interval = demand, interval
+	c.offered, c.interval = offered, interval
 	ks := s.keys[k.Key]
 	if ks == nil {
 		ks = &keyState{key: k, cons: map[*consumer]struct{}{}}
@@ -160,12 +161,12 @@ func (s *splitter) join(k decide.QuotaKey, c *consumer, demand float64, interval
 }
 
 // leave removes c from key k once its part has expired; until then it
-// stays reserved with no demand (a stream that dies keeps its part until
+// stays reserved, offering nothing (a stream that dies keeps its part until
 // its assignment's TTL ends).
 func (s *splitter) leave(key string, c *consumer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c.demand, c.gone = 0, true
+	c.offered, c.gone = 0, true
 	if ks := s.keys[key]; ks != nil && c.until.IsZero() {
 		delete(ks.cons, c)
 	}
@@ -221,7 +222,7 @@ func (s *splitter) settle(ctx context.Context, now time.Time, keys []string, ans
 		it := region.Settlement{Key: k, Spec: ks.key.Spec, Node: s.node, Usage: int64(math.Round(ks.usage)), TTL: 3 * settleEvery, Horizon: minHorizon, Hysteresis: hysteresis}
 		for i, c := range cs {
 			c.share = wants[i]
-			it.Consumers = append(it.Consumers, region.Consumer{Demand: finite(c.demand, ks.ceiling()), Held: c.held(now), Share: wants[i]})
+			it.Consumers = append(it.Consumers, region.Consumer{Demand: finite(c.offered, ks.ceiling()), Held: c.held(now), Share: wants[i]})
 			it.TTL = max(it.TTL, c.until.Sub(now)+settleEvery, 2*c.interval+settleEvery)
 			it.Horizon = max(it.Horizon, c.interval)
 		}
@@ -350,7 +351,8 @@ func (ks *keyState) prune(now time.Time) []*consumer {
 }
 
 // ceiling is the most the key's bucket can give (its rate and its burst
-// over the shortest horizon): what a consumer of unknown demand asks.
+// over the shortest horizon): what a consumer whose offered rate is
+// unknown asks.
 func (ks *keyState) ceiling() float64 {
 	return ks.key.Spec.Rate() + float64(ks.key.Spec.Capacity())/minHorizon.Seconds()
 }
@@ -358,8 +360,8 @@ func (ks *keyState) ceiling() float64 {
 // wants is each consumer's fair share of what the key's bucket can give
 // (a fraction, which part.lua applies to avail as it is then) among every
 // consumer the last settlement showed: the other nodes', this node's, and
-// the leases' (as one), split by rebalance.Fair with a floor per
-// consumer. keepHeld (-1) marks a stream that ended: its part stays
+// the leases' (as one), split by rebalance.Fair (each consumer's offered
+// rate standing as its Demand) with a floor per consumer. keepHeld (-1) marks a stream that ended: its part stays
 // reserved until its assignment's TTL.
 func (ks *keyState) wants(cs []*consumer) []float64 {
 	avail := ks.avail
@@ -373,7 +375,7 @@ func (ks *keyState) wants(cs []*consumer) []float64 {
 		ds = append(ds, rebalance.Demand{Rate: d, Weight: d})
 	}
 	for _, c := range cs {
-		d := finite(c.demand, ks.ceiling())
+		d := finite(c.offered, ks.ceiling())
 		if c.gone {
 			d = 0
 		}

@@ -26,7 +26,7 @@ func (l *usageLedger) Settle(_ context.Context, items []region.Settlement) ([]re
 }
 
 // Between a client's reports, each settlement charges what it is taken
-// to admit (its part, or its demand if smaller); its report charges the
+// to admit (its part, or its offered rate if smaller); its report charges the
 // difference to what it did admit, a refund if negative.
 func TestSettlementsChargeAheadOfReports(t *testing.T) {
 	l := &usageLedger{}
@@ -47,7 +47,7 @@ func TestSettlementsChargeAheadOfReports(t *testing.T) {
 	require.Len(t, l.charged, 4)
 	assert.Equal(t, []int64{1, 100, 100, -20 + 50}, l.charged)
 
-	// A demand below the part is what it is taken to admit.
+	// An offered rate below the part is what it is taken to admit.
 	s.join(k, c, 40, time.Second)
 	s.settle(ctx, t0.Add(4*time.Second), []string{"k"}, nil)
 	assert.Equal(t, int64(40), l.charged[4])

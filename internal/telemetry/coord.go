@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/allot-dev/allot/internal/coord/observe"
+	"github.com/allot-dev/allot/internal/coord"
 	"github.com/allot-dev/allot/rebalance"
 )
 
@@ -58,7 +58,7 @@ func (t *Telemetry) rebalanceInstruments() error {
 
 // ObserveRebalance records one finished coordinator epoch and a span
 // "coord.round" covering it. It is coord.Config.Observe's body.
-func (t *Telemetry) ObserveRebalance(ctx context.Context, r observe.Round) {
+func (t *Telemetry) ObserveRebalance(ctx context.Context, r coord.Round) {
 	if t == nil {
 		return
 	}
@@ -101,7 +101,7 @@ func (t *Telemetry) ObserveRebalance(ctx context.Context, r observe.Round) {
 }
 
 // observeMid records one mid-interval round and a span "coord.mid".
-func (t *Telemetry) observeMid(ctx context.Context, r observe.Round) {
+func (t *Telemetry) observeMid(ctx context.Context, r coord.Round) {
 	st, outcome := r.Stats, "moved"
 	switch {
 	case st.Heard < r.Regions:

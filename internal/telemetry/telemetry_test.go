@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/allot-dev/allot/internal/coord/observe"
+	"github.com/allot-dev/allot/internal/coord"
 	"github.com/allot-dev/allot/internal/decide"
 	"github.com/allot-dev/allot/internal/telemetry"
 	"github.com/allot-dev/allot/internal/testenv/promtext"
@@ -43,9 +43,9 @@ func TestObserveRebalance(t *testing.T) {
 	tel := newTel(t, telemetry.Config{SpanExporter: exp})
 	start := time.Unix(1000, 0)
 	def := rebalance.Default(2)
-	tel.ObserveRebalance(context.Background(), observe.Round{
+	tel.ObserveRebalance(context.Background(), coord.Round{
 		Start: start, End: start.Add(300 * time.Millisecond),
-		Stats:   observe.Stats{Epoch: 7, Heard: 2, Group: true, Keys: 3, Reported: 2, Written: 1, ReportBytes: 900, Chunks: 1, Compute: time.Millisecond},
+		Stats:   coord.Stats{Epoch: 7, Heard: 2, Group: true, Keys: 3, Reported: 2, Written: 1, ReportBytes: 900, Chunks: 1, Compute: time.Millisecond},
 		Regions: 2, Shares: []rebalance.Share{def / 2, def + def/2},
 	})
 	fams := scrape(t, tel)
@@ -71,14 +71,14 @@ func TestObserveMidIntervalRounds(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tel := newTel(t, telemetry.Config{SpanExporter: exp})
 	start := time.Unix(1000, 0)
-	for _, st := range []observe.Stats{
+	for _, st := range []coord.Stats{
 		{Mid: true, Heard: 2, Group: true, Keys: 1, Written: 1},
 		{Mid: true, Heard: 2, Group: true, Keys: 1, Written: 1},
 		{Mid: true, Heard: 2},
 		{Mid: true, Heard: 1},
 		{Mid: true, Heard: 2, Keys: 1, Written: 1},
 	} {
-		tel.ObserveRebalance(context.Background(), observe.Round{Start: start, End: start.Add(time.Millisecond), Stats: st, Regions: 2})
+		tel.ObserveRebalance(context.Background(), coord.Round{Start: start, End: start.Add(time.Millisecond), Stats: st, Regions: 2})
 	}
 	fams := scrape(t, tel)
 	got := map[string]float64{}
@@ -196,7 +196,7 @@ func TestNilTelemetry(t *testing.T) {
 	var tel *telemetry.Telemetry
 	tel.ObserveCheck(context.Background(), "http", nil, errors.New("x"), 0)
 	tel.ObserveRedis(context.Background(), "take", nil, 0)
-	tel.ObserveRebalance(context.Background(), observe.Round{})
+	tel.ObserveRebalance(context.Background(), coord.Round{})
 	assert.False(t, tel.Tracing())
 	assert.NoError(t, tel.Shutdown(context.Background()))
 }

@@ -3,6 +3,18 @@
 // (Collector) and their codec (coordv1.Demand snapshots, front-coded and
 // chunked under the NATS max payload). Nodes import it without linking
 // the coordinator.
+//
+// Demand, here and in every package that speaks of it (lease's and
+// decide's DrainDemand, coord, rebalance.Demand): the tokens a global key
+// was asked for in one region, admitted plus denied, that its nodes count
+// and its coordinator turns into the per-key rate it reports to the other
+// regions. An RLQS client's rate within a region bucket is its offered
+// rate (internal/rlqs), not demand.
+//
+// demand owns the wire, not the counts: the nodes count (lease, decide),
+// the coordinator drains and reports (coord). A node never waits for its
+// coordinator: a snapshot NATS does not take is logged and lost, and the
+// coordinator sees that much less demand.
 package demand
 
 import (

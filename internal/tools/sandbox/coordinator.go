@@ -18,7 +18,7 @@ import (
 // coord.StartProcess, as cmd/coordinator runs it, with its own policy store.
 type coordinator struct {
 	*coord.Process
-	store policystore.Store
+	store policystore.Source
 }
 
 func startCoordinator(ctx context.Context, id, regionName string, regions, redisAddrs []string, natsURL, policiesPath string, knobs coord.Knobs, lockTTL time.Duration, log *slog.Logger) (*coordinator, error) {
@@ -29,7 +29,7 @@ func startCoordinator(ctx context.Context, id, regionName string, regions, redis
 	c, err := coord.StartProcess(context.WithoutCancel(ctx), coord.ProcessConfig{
 		Region: regionName, Regions: regions, NATSURL: natsURL,
 		NATSOptions: []nats.Option{nats.ReconnectWait(100 * time.Millisecond)},
-		RedisAddrs:  redisAddrs, Store: st, Knobs: knobs, LockTTL: lockTTL, ID: id, Logger: log,
+		RedisAddrs:  redisAddrs, PolicySource: st, Knobs: knobs, LockTTL: lockTTL, ID: id, Logger: log,
 	})
 	if err != nil {
 		st.Close()

@@ -6,8 +6,10 @@
 // modelled: a region's Redis (the project's scripts, store.go and
 // redis.go), NATS between regions and from nodes to their coordinator,
 // and their latencies (coord.go). One event queue on virtual time
-// decides what runs next; no goroutine scheduling or wall clock does, so
-// the same Config gives the same Result, byte for byte.
+// decides what runs next; no goroutine scheduling, wall clock or random
+// seed does (the managers run their refills on the queue and hash with a
+// fixed function: lease.Options.Executor and Hash, node.go), so the same
+// Config gives the same Result, byte for byte.
 package sim
 
 import (
