@@ -58,10 +58,6 @@ type ItemReply struct {
 	Shared bool
 }
 
-// Grant is ItemReply's old name, kept while region/lease.go (in the check
-// path's rewrite) still spells it; it goes when that file says ItemReply.
-type Grant = ItemReply
-
 // Reply answers one Group. Err is set when the call failed (the grants
 // are then unknown; a call whose reply was lost may have granted).
 type Reply struct {

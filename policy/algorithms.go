@@ -7,7 +7,7 @@ import (
 	"github.com/allot-dev/allot/algorithm"
 )
 
-// limitFits checks what a limit's algorithm demands of it, once its own
+// limitFits checks what a limit's algorithm requires of it, once its own
 // fields are in range (limit checks those): the algorithm's bounds
 // (algorithm.Spec.Validate: the log's memory cap, burst only for buckets,
 // whole milliseconds) and that a leased policy uses only algorithms that

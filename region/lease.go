@@ -149,10 +149,10 @@ func LeaseReply(vals []any, n int) (lease.Reply, error) {
 	if !isInt {
 		return lease.Reply{}, fmt.Errorf("lease.lua: bad reply %v", vals[0])
 	}
-	r := lease.Reply{Granted: ok == 1, Items: make([]lease.Grant, n)}
+	r := lease.Reply{Granted: ok == 1, Items: make([]lease.ItemReply, n)}
 	for i := range n {
 		v := vals[1+6*i:]
-		var g lease.Grant
+		var g lease.ItemReply
 		var ints [4]int64
 		for j := range ints {
 			x, isInt := v[j].(int64)

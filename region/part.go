@@ -12,8 +12,8 @@ import (
 
 // Consumer is one RLQS client of a region bucket on this node, in tokens/s.
 type Consumer struct {
-	Demand float64 // its offered rate
-	Held   float64 // the part it holds now (sent, still live)
+	Offered float64 // its offered rate
+	Held    float64 // the part it holds now (sent, still live)
 	// Share is its fair share of what the bucket can give (a fraction in
 	// [0, 1]), or -1 to keep what it holds (a stream that ended). The node
 	// sends what is granted as soon as Settle returns.
@@ -50,7 +50,7 @@ type Settled struct {
 	LeaseUnmet bool
 	// Parts are the parts granted to Settlement.Consumers, in order.
 	Parts []float64
-	// Others are the demands of every other node's live consumers.
+	// Others are the offered rates of every other node's live consumers.
 	Others []float64
 	Err    error
 }
@@ -77,7 +77,7 @@ func (s *Store) Settle(ctx context.Context, items []Settlement) ([]Settled, erro
 		a = append(a, it.Spec.Limit, it.Spec.Period.Milliseconds(), it.Spec.Capacity(), it.Node, it.Usage,
 			it.TTL.Milliseconds(), it.Horizon.Milliseconds(), ffmt(it.Hysteresis))
 		for _, c := range it.Consumers {
-			a = append(a, ffmt(c.Demand), ffmt(c.Held), ffmt(c.Share))
+			a = append(a, ffmt(c.Offered), ffmt(c.Held), ffmt(c.Share))
 		}
 		args[i] = a
 	}

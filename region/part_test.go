@@ -35,7 +35,7 @@ func TestSettleChargesSplitsAndBounds(t *testing.T) {
 
 	// a charges 30 and asks for the whole rate for one consumer.
 	a.Usage = 30
-	a.Consumers = []region.Consumer{{Demand: 5, Held: 0, Share: 1}}
+	a.Consumers = []region.Consumer{{Offered: 5, Held: 0, Share: 1}}
 	r := settle1(t, s, a)
 	assert.Equal(t, int64(70), r.Tokens)
 	assert.InDelta(t, 100.0/3600, r.Rate, 1e-12)
@@ -44,7 +44,7 @@ func TestSettleChargesSplitsAndBounds(t *testing.T) {
 	assert.Empty(t, r.Others)
 
 	// b wants the same: no room left while a holds its part.
-	b.Consumers = []region.Consumer{{Demand: 7, Held: 0, Share: 1}}
+	b.Consumers = []region.Consumer{{Offered: 7, Held: 0, Share: 1}}
 	r = settle1(t, s, b)
 	assert.InDelta(t, 0, r.Parts[0], 1e-6, "b cannot grow into a's held part (but what refilled since)")
 	assert.Equal(t, []float64{5}, r.Others, "b reads a's demand")
@@ -52,12 +52,12 @@ func TestSettleChargesSplitsAndBounds(t *testing.T) {
 	// a shrinks to half (recorded so at once: the node sends it right
 	// away), and b grows into the rest.
 	a.Usage = 0
-	a.Consumers = []region.Consumer{{Demand: 5, Held: 0.03, Share: 0.5}}
+	a.Consumers = []region.Consumer{{Offered: 5, Held: 0.03, Share: 0.5}}
 	r = settle1(t, s, a)
 	half := r.Avail / 2
 	assert.InDelta(t, half, r.Parts[0], 1e-12, "a shrink is granted as asked: its share of avail")
 	assert.Equal(t, []float64{7}, r.Others)
-	b.Consumers = []region.Consumer{{Demand: 7, Held: 0, Share: 1}}
+	b.Consumers = []region.Consumer{{Offered: 7, Held: 0, Share: 1}}
 	r = settle1(t, s, b)
 	assert.InDelta(t, r.Avail-half, r.Parts[0], 1e-9, "b grows into what a left")
 
@@ -96,11 +96,11 @@ func TestSettleCountsOtherNodesSpendSinceTheirSettlement(t *testing.T) {
 	base := region.Settlement{Key: "rl:{tenant=s}:p:l", Spec: tb(100, time.Hour, 0), TTL: 10 * time.Second, Horizon: time.Second}
 	a, b := base, base
 	a.Node, b.Node = "a", "b"
-	a.Consumers = []region.Consumer{{Demand: 1e6, Held: 1e5, Share: -1}}
+	a.Consumers = []region.Consumer{{Offered: 1e6, Held: 1e5, Share: -1}}
 	r := settle1(t, s, a)
 	assert.InDelta(t, 100, r.Avail, 1, "a: the burst over a 1 s horizon")
 	time.Sleep(20 * time.Millisecond) // Redis TIME moves on: a's clients spend 2,000 tokens meanwhile
-	b.Consumers = []region.Consumer{{Demand: 5, Held: 0, Share: 1}}
+	b.Consumers = []region.Consumer{{Offered: 5, Held: 0, Share: 1}}
 	r = settle1(t, s, b)
 	assert.Zero(t, r.Avail, "b counts what a's clients spent since a settled: the bucket is empty")
 }
@@ -111,11 +111,11 @@ func TestSettleCountsOtherNodesSpendSinceTheirSettlement(t *testing.T) {
 func TestSettleAppliesSharesWithHysteresis(t *testing.T) {
 	s := single(t)
 	it := region.Settlement{Key: "rl:{tenant=h}:p:l", Spec: tb(100, time.Hour, 0), Node: "a", TTL: 10 * time.Second, Horizon: time.Second, Hysteresis: 0.05}
-	it.Consumers = []region.Consumer{{Demand: 1e3, Held: 50, Share: 0.5}}
+	it.Consumers = []region.Consumer{{Offered: 1e3, Held: 50, Share: 0.5}}
 	r := settle1(t, s, it)
 	assert.InDelta(t, 100, r.Avail, 1)
 	assert.Equal(t, 50.0, r.Parts[0], "half of avail is within 5 %% of 50: kept")
-	it.Consumers = []region.Consumer{{Demand: 1e3, Held: 40, Share: 0.5}}
+	it.Consumers = []region.Consumer{{Offered: 1e3, Held: 40, Share: 0.5}}
 	r = settle1(t, s, it)
 	assert.InDelta(t, r.Avail/2, r.Parts[0], 1e-9, "past the hysteresis: the share of avail")
 }
@@ -150,7 +150,7 @@ func TestLeaseSaysWhilePartsHoldTheBucket(t *testing.T) {
 	assert.False(t, lease1(t, s, g).Items[0].Shared, "no parts yet")
 
 	it := region.Settlement{Key: key, Spec: spec, Node: "a", TTL: 300 * time.Millisecond, Horizon: time.Second,
-		Consumers: []region.Consumer{{Demand: 5, Held: 0, Share: 1}}}
+		Consumers: []region.Consumer{{Offered: 5, Held: 0, Share: 1}}}
 	settle1(t, s, it)
 	assert.True(t, lease1(t, s, g).Items[0].Shared, "a node's clients hold parts")
 

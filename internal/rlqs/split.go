@@ -222,7 +222,7 @@ func (s *splitter) settle(ctx context.Context, now time.Time, keys []string, ans
 		it := region.Settlement{Key: k, Spec: ks.key.Spec, Node: s.node, Usage: int64(math.Round(ks.usage)), TTL: 3 * settleEvery, Horizon: minHorizon, Hysteresis: hysteresis}
 		for i, c := range cs {
 			c.share = wants[i]
-			it.Consumers = append(it.Consumers, region.Consumer{Demand: finite(c.offered, ks.ceiling()), Held: c.held(now), Share: wants[i]})
+			it.Consumers = append(it.Consumers, region.Consumer{Offered: finite(c.offered, ks.ceiling()), Held: c.held(now), Share: wants[i]})
 			it.TTL = max(it.TTL, c.until.Sub(now)+settleEvery, 2*c.interval+settleEvery)
 			it.Horizon = max(it.Horizon, c.interval)
 		}
