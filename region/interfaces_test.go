@@ -7,7 +7,7 @@ import (
 )
 
 // One Store serves both of its callers over the same call engine
-// (evalAll): the decider's exact path (Take, Refund) and the lease
+// (Store.run): the decider's exact path (Take, Refund) and the lease
 // manager (Lease, Return). decide sits above region, which must not
 // import it, so the check is a test's.
 var (
