@@ -140,13 +140,12 @@ type Options struct {
 	// when a refill is sent. Close and Abort must not be called while a run
 	// is in progress; a run called after them does nothing.
 	Executor func(run func())
-	// Hash, when set, hashes subjects (and limit ids) instead of maphash
-	// with a per-process random seed. A deterministic simulation
-	// (internal/tools/sim) passes a fixed function, so that which keys
-	// share a stripe (and so a refill round) is the same in every run.
-	// Not for serving: a known hash lets a client pick subjects that crowd
-	// one stripe. Its top bits pick the stripe: they must be well mixed.
-	Hash func(b []byte) uint64
+	// FixedHash hashes subjects with a fixed function instead of a
+	// per-process random seed, so which keys share a stripe (and so a
+	// refill round) is the same in every run: a simulation's outcome must
+	// not depend on it. Not for serving: a known hash lets a client pick
+	// subjects that crowd one stripe.
+	FixedHash bool
 	// Logger receives the manager's warnings; nil discards them. A failed
 	// refill round logs a line, and while a shard is down or the node
 	// sheds load every round fails: give it a rate-limited logger (a
@@ -163,10 +162,7 @@ type Manager struct {
 	defaults Config
 	opts     Options
 	log      *slog.Logger
-	// hashFn is chosen once, by New: maphash.Bytes itself, or
-	// Options.Hash with the seed ignored (see hash).
-	hashFn func(maphash.Seed, []byte) uint64
-	seed   maphash.Seed
+	seed     maphash.Seed
 	// coldKeys counts the Takes of keys not leased here, so that a cold
 	// key is sent to the exact path without being looked up (nil without
 	// Options.ColdExact).
@@ -241,15 +237,11 @@ func New(opts Options) (*Manager, error) {
 		defaults: d,
 		opts:     opts,
 		log:      opts.Logger,
-		hashFn:   maphash.Bytes,
 		seed:     maphash.MakeSeed(),
 		life:     lifecycle{exec: opts.Executor, ready: make(chan func(), nStripes), stop: make(chan struct{})},
 	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
-	}
-	if h := opts.Hash; h != nil {
-		m.hashFn = func(_ maphash.Seed, b []byte) uint64 { return h(b) }
 	}
 	if m.clock == nil {
 		m.life.owned = NewCoarseClock(DefaultTick)
@@ -317,9 +309,30 @@ func (m *Manager) NewLimit(key func(subject string) string, spec algorithm.Spec,
 	}, nil
 }
 
-// hash is a subject's (or a limit id's) hash. It is inlined: the take
-// path makes one indirect call, to maphash.Bytes, and tests no option.
-func (m *Manager) hash(b []byte) uint64 { return m.hashFn(m.seed, b) }
+// hash is a subject's (or a limit id's) hash: maphash with the manager's
+// seed, or with Options.FixedHash an FNV-1a finished by a 64-bit mixer
+// (the stripe is taken from the top bits, which FNV alone spreads badly).
+func (m *Manager) hash(b []byte) uint64 {
+	if m.opts.FixedHash {
+		return fixedHash(b)
+	}
+	return maphash.Bytes(m.seed, b)
+}
+
+// fixedHash is kept out of line: TakeTo's straight path stays short.
+//
+//go:noinline
+func fixedHash(b []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range b {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	return h ^ h>>33
+}
 
 // Config returns the limit's knobs, defaults filled in.
 func (l *Limit) Config() Config { return l.cfg }

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"hash/maphash"
 	"time"
 
 	"github.com/allot-dev/allot/algorithm"
@@ -34,7 +35,13 @@ func (m *Manager) Take(ctx context.Context, lim *Limit, subject []byte, cost int
 // cache, a cold key) is takeSlow.
 func (m *Manager) TakeTo(ctx context.Context, lim *Limit, subject []byte, cost int64, r *Result) error {
 	if cost <= lim.capacity {
-		h := m.hash(subject) ^ lim.mix
+		var h uint64
+		if m.opts.FixedHash { // not m.hash: that call would not be inlined
+			h = fixedHash(subject)
+		} else {
+			h = maphash.Bytes(m.seed, subject)
+		}
+		h ^= lim.mix
 		warm := false
 		if f := m.coldKeys; f != nil && cost > 0 {
 			// The cold filter judges a key not leased here without a lookup.

@@ -125,23 +125,6 @@ const maxAttempts = 3
 
 var errCrashed = errors.New("sim: node crashed")
 
-// subjectHash is the managers' Options.Hash: a fixed function instead of
-// maphash's per-process random seed, so that which keys share a stripe
-// (and so a refill round) is the same in every run. It is an FNV-1a
-// finished by a 64-bit mixer: the stripe is taken from the top bits, which
-// FNV alone spreads badly.
-func subjectHash(b []byte) uint64 {
-	h := uint64(14695981039346656037)
-	for _, c := range b {
-		h = (h ^ uint64(c)) * 1099511628211
-	}
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	return h ^ h>>33
-}
-
 // execute is the manager's Executor: the flush runs as its own event.
 func (nd *node) execute(run func()) {
 	gen := nd.gen

@@ -213,7 +213,7 @@ func (s *Sim) addNode(reg *region, i int) error {
 func (nd *node) start() error {
 	s, c := nd.s, &nd.s.cfg
 	m, err := lease.New(lease.Options{
-		Source: source{nd}, Clock: clock{s, nd.clockOff}, SweepEvery: -1, Executor: nd.execute, Hash: subjectHash, ColdExact: true, // as node runs it
+		Source: source{nd}, Clock: clock{s, nd.clockOff}, SweepEvery: -1, Executor: nd.execute, FixedHash: true, ColdExact: true, // as node runs it
 		Defaults: lease.Config{TTL: cmp.Or(c.spendFor, c.TTL), TargetPeriod: c.TargetPeriod, ColdHits: c.ColdHits},
 		Logger:   slog.New(slog.DiscardHandler),
 	})
