@@ -28,9 +28,11 @@
 // global keys for DrainDemand. It owns no wire format and no policy
 // matching; it never blocks a decision on Redis while tokens are on hand,
 // and never retries a lease call whose reply was lost (the grant is then
-// simply stranded). What a deterministic simulation needs (its own hash,
-// Options.Hash; refill rounds on its event queue, Options.Executor) is
-// chosen once at New: the take path tests no option for it.
+// simply stranded). What a deterministic simulation needs is an option:
+// refill rounds on its event queue (Options.Executor, chosen once at New)
+// and a fixed hash (Options.FixedHash, the one option the take path
+// tests: a hash called through a function value would move every
+// caller's subject buffer to the heap).
 package lease
 
 import (

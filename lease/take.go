@@ -36,7 +36,11 @@ func (m *Manager) Take(ctx context.Context, lim *Limit, subject []byte, cost int
 func (m *Manager) TakeTo(ctx context.Context, lim *Limit, subject []byte, cost int64, r *Result) error {
 	if cost <= lim.capacity {
 		var h uint64
-		if m.opts.FixedHash { // not m.hash: that call would not be inlined
+		// Concrete calls, not a function value chosen at New: the subject
+		// would escape through one (decide's subject buffer moves to the
+		// heap, an allocation per leased decision: BenchmarkLeasedDecision),
+		// and m.hash is not inlined.
+		if m.opts.FixedHash {
 			h = fixedHash(subject)
 		} else {
 			h = maphash.Bytes(m.seed, subject)
