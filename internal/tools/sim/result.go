@@ -101,15 +101,30 @@ type Interval struct {
 	RegionsPer []float64 // per region, admitted/s
 }
 
+// intervalJSON is an Interval as the JSON line writes it: times in
+// seconds.
+type intervalJSON struct {
+	Name      string    `json:"name"`
+	From      float64   `json:"from_s"`
+	To        float64   `json:"to_s"`
+	OfL       float64   `json:"of_l"`
+	PerRegion []float64 `json:"per_region_per_s"`
+}
+
 // MarshalJSON writes iv with its times in seconds.
 func (iv Interval) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Name      string    `json:"name"`
-		From      float64   `json:"from_s"`
-		To        float64   `json:"to_s"`
-		OfL       float64   `json:"of_l"`
-		PerRegion []float64 `json:"per_region_per_s"`
-	}{iv.Name, iv.From.Seconds(), iv.To.Seconds(), iv.OfL, iv.RegionsPer})
+	return json.Marshal(intervalJSON{iv.Name, iv.From.Seconds(), iv.To.Seconds(), iv.OfL, iv.RegionsPer})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes (for readers of the JSON
+// line, as the docs generator).
+func (iv *Interval) UnmarshalJSON(b []byte) error {
+	var j intervalJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*iv = Interval{Name: j.Name, From: time.Duration(j.From * float64(time.Second)), To: time.Duration(j.To * float64(time.Second)), OfL: j.OfL, RegionsPer: j.PerRegion}
+	return nil
 }
 
 // Point is one second of the hottest key: admitted in all regions and in

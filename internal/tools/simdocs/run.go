@@ -12,39 +12,14 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/allot-dev/allot/internal/tools/sim"
 )
 
-// result is what one allot-sim run printed on its last line (the JSON),
-// and what the run cost.
+// result is what one allot-sim run printed on its last line (the JSON,
+// read into sim.Result), and what the run cost.
 type result struct {
-	Offered                  int64      `json:"offered"`
-	Admitted                 int64      `json:"admitted"`
-	Ideal                    int64      `json:"ideal"`
-	AdmittedOverIdeal        float64    `json:"admitted_over_ideal"`
-	MaxOvershootOverBound    float64    `json:"max_overshoot_over_bound"`
-	WorstWindow              string     `json:"worst_window"`
-	PastTTLAdmissions        int64      `json:"past_ttl_admissions"`
-	KeysChecked              int        `json:"keys_checked"`
-	KeysAdmitted             int        `json:"keys_admitted"`
-	OutsideAdmissions        int64      `json:"outside_admissions"`
-	OutsideOpen              int64      `json:"outside_open"`
-	OutsideLocal             int64      `json:"outside_local"`
-	StoreFailureDecisions    int64      `json:"store_failure_decisions"`
-	MaxOvershootWithOutside  float64    `json:"max_overshoot_with_outside"`
-	ConvergedAfterS          float64    `json:"converged_after_s"`
-	UnderservedRegionSeconds int        `json:"underserved_region_seconds"`
-	MaxShareSum              float64    `json:"max_share_sum"`
-	LeaseCalls               int64      `json:"lease_calls"`
-	KeysLeased               int        `json:"keys_leased"`
-	ExactCalls               int64      `json:"exact_calls"`
-	Epochs                   int        `json:"epochs"`
-	Stranded                 int64      `json:"stranded"`
-	LostWrites               int        `json:"lost_writes"`
-	Restarts                 int        `json:"restarts"`
-	MessagesDropped          int64      `json:"messages_dropped"`
-	MessagesDuplicated       int64      `json:"messages_duplicated"`
-	MessagesHeldBack         int64      `json:"messages_held_back"`
-	Intervals                []interval `json:"intervals"`
+	sim.Result
 
 	// fields is every field of the JSON line, in its order, with its
 	// value as printed.
@@ -57,16 +32,6 @@ type result struct {
 type field struct {
 	name  string
 	value json.RawMessage
-}
-
-// interval is the hottest key's admissions over one stretch around the
-// shift.
-type interval struct {
-	Name      string    `json:"name"`
-	From      float64   `json:"from_s"`
-	To        float64   `json:"to_s"`
-	OfL       float64   `json:"of_l"`
-	PerRegion []float64 `json:"per_region_per_s"`
 }
 
 // iv returns the i-th interval's % of L (before the shift, 1st and 2nd
