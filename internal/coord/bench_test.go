@@ -140,7 +140,7 @@ func BenchmarkMidRoundCPU(b *testing.B) {
 					c.inbox.fileWire(w, c.clock.now)
 				}
 				e.r = c.inbox.roundOrEmpty(id, c.clock.now)
-				if completeReports(e.r) != 2 {
+				if len(c.inbox.missingReports(e.r)) != 0 {
 					b.Fatal("the other regions' mid reports are not complete")
 				}
 				plans := c.planner.midPlan(e, c.reports.base.mine, c.inbox.last, c.ledger.own)

@@ -13,8 +13,6 @@ import (
 // The inbox: report chunks from every region reassembled into rounds,
 // and what a round has heard.
 
-// roundID names a round on the wire: an epoch, or with mid its
-// mid-interval round.
 // inbox is the other regions' reports and acks, by round, and the last
 // complete report heard from each, one entry per key in key order: the
 // shares of a region not heard this epoch.
@@ -26,6 +24,8 @@ type inbox struct {
 	last    map[string][]entry
 }
 
+// roundID names a round on the wire: an epoch, or with mid its
+// mid-interval round.
 type roundID struct {
 	epoch, intervalMS int64
 	mid               bool
@@ -40,11 +40,21 @@ type midBase struct {
 	mine  []entry
 }
 
-// round is what arrived from the other regions for one epoch.
+// round is what arrived from the other regions for one epoch, and what
+// this region sent in it, to send again when a region asks (Want).
 type round struct {
 	reports map[string]*assembly
 	acks    map[string]*coordv1.Ack
+
+	report   []*coordv1.Message // this region's report chunks
+	ack      *coordv1.Message   // this region's ack
+	answered map[string]answered
 }
+
+// answered is what a region's Wants of a round were answered with: each
+// is sent again at most once per asking region and round, so that no
+// message, duplicated or forged, costs more than one copy per region.
+type answered struct{ report, ack bool }
 
 type assembly struct {
 	chunks uint32
@@ -82,11 +92,12 @@ func (a *assembly) add(ch uint32, c chunk) {
 	a.keyed, a.parts, a.done = byKey(a.entries), nil, true
 }
 
-// file stores a message in its round.
-func (in *inbox) file(msg *coordv1.Message, now time.Time) {
+// file stores a message in its round. A Want naming this region returns
+// what to send again.
+func (in *inbox) file(msg *coordv1.Message, now time.Time) []*coordv1.Message {
 	r := in.roundFrom(msg.GetRegion(), roundID{msg.GetEpoch(), msg.GetIntervalMs(), msg.GetMid()}, now)
 	if r == nil {
-		return
+		return nil
 	}
 	from := msg.GetRegion()
 	switch b := msg.GetBody().(type) {
@@ -99,17 +110,42 @@ func (in *inbox) file(msg *coordv1.Message, now time.Time) {
 		if r.acks[from] == nil { // one ack per region and epoch: a duplicate changes nothing
 			r.acks[from] = b.Ack
 		}
+	case *coordv1.Message_Want:
+		return r.answer(from, in.self, b.Want)
 	}
+	return nil
+}
+
+// answer returns what this region (self) sent in round r that a Want of
+// region from asks for again, each at most once per region: nothing of
+// what was not sent yet (it goes out when it is).
+func (r *round) answer(from, self string, w *coordv1.Want) []*coordv1.Message {
+	var out []*coordv1.Message
+	a := r.answered[from]
+	if !a.report && len(r.report) > 0 && slices.Contains(w.GetReports(), self) {
+		out, a.report = append(out, r.report...), true
+	}
+	if !a.ack && r.ack != nil && slices.Contains(w.GetAcks(), self) {
+		out, a.ack = append(out, r.ack), true
+	}
+	if len(out) > 0 {
+		if r.answered == nil {
+			r.answered = map[string]answered{}
+		}
+		r.answered[from] = a
+	}
+	return out
 }
 
 // fileWire stores a message given as it traveled in its round: a report
 // chunk to file is decoded from the wire; anything else goes through
 // proto.Unmarshal and file, as the transport once did for every message,
-// so that what is filed, created or dropped is the same either way.
-func (in *inbox) fileWire(b []byte, now time.Time) {
+// so that what is filed, created or dropped is the same either way. It
+// returns what file does.
+func (in *inbox) fileWire(b []byte, now time.Time) []*coordv1.Message {
 	if w, ok := readReportWire(b); ok {
 		if w.region == in.self || !slices.Contains(in.regions, w.region) {
-			return // this region's own (each comes back) or an unknown region's: ignored, whatever it holds
+			return nil // this region's own (each comes back) or an unknown region's: ignored, whatever it holds
 		}
 		id := roundID{w.epoch, w.intervalMS, w.mid}
 		var a *assembly
@@ -117,23 +153,23 @@ func (in *inbox) fileWire(b []byte, now time.Time) {
 			a = r.reports[w.region]
 		}
 		if a != nil && !a.wants(w.chunk, w.chunks) {
-			return // nothing to file, whatever it holds
+			return nil // nothing to file, whatever it holds
 		}
 		if a != nil || w.chunk < w.chunks {
 			if c, ok := w.check(); ok {
 				if r := in.roundFrom(w.region, id, now); r != nil {
 					r.assembly(w.region, w.chunks).add(w.chunk, c)
 				}
-				return
+				return nil
 			}
 		}
 	}
 	msg := &coordv1.Message{}
 	if err := proto.Unmarshal(b, msg); err != nil {
 		in.log.Warn("coord: dropping undecodable message", "err", err)
-		return
+		return nil
 	}
-	in.file(msg, now)
+	return in.file(msg, now)
 }
 
 // roundFrom returns the round of a message of region from, or nil when
@@ -222,24 +258,28 @@ func (in *inbox) completeRegions(r *round) []string {
 	return out
 }
 
-func completeReports(r *round) int {
-	n := 0
-	for _, a := range r.reports {
-		if a.complete() {
-			n++
+// missingReports returns the other regions whose complete report of round
+// r has not arrived, sorted.
+func (in *inbox) missingReports(r *round) []string {
+	var out []string
+	for _, name := range in.regions {
+		if a := r.reports[name]; name != in.self && (a == nil || !a.complete()) {
+			out = append(out, name)
 		}
 	}
-	return n
+	return out
 }
 
-// acked reports whether every heard region's ack of round r arrived.
-func (in *inbox) acked(r *round, heard []string) bool {
+// missingAcks returns the heard regions (self aside) whose ack of round r
+// has not arrived, sorted as heard is.
+func (in *inbox) missingAcks(r *round, heard []string) []string {
+	var out []string
 	for _, name := range heard {
 		if name != in.self && r.acks[name] == nil {
-			return false
+			out = append(out, name)
 		}
 	}
-	return true
+	return out
 }
 
 // group reports whether every heard region acknowledged, successfully, a

@@ -36,6 +36,10 @@ import (
 //	Step(LockHeld)     -> Ready{WriteShares: grows}
 //	Step(SharesWritten)-> Ready{Round}
 //
+// A gather still missing messages at half its phase publishes a Want for
+// them, and a Want naming this region is answered by Step(Received) with
+// the round's report or ack again (docs/multi-region.md, "Lost messages").
+//
 // Halfway through an epoch of at least 2·demandWindow, its mid-interval
 // round (mid.go) does the same without counts or quota writes: the two
 // are the kinds of a round (roundKind, round.go), and advance runs the
@@ -160,12 +164,11 @@ func (m *Machine) Next() time.Time {
 		next = w
 	}
 	if m.ep != nil {
-		phase := m.ep.phase()
-		switch m.ep.stage {
-		case stageReports, stageListen:
-			next = m.ep.start.Add(phase)
-		case stageAcks:
-			next = m.ep.start.Add(2 * phase)
+		if ask, end, ok := m.ep.gather(); ok {
+			next = end
+			if m.ep.asked != m.ep.stage {
+				next = ask
+			}
 		}
 	}
 	if !m.clock.renewAt.IsZero() && m.clock.renewAt.Before(next) {
@@ -217,7 +220,7 @@ func (m *Machine) Step(in Input) {
 	e := m.ep
 	switch in := in.(type) {
 	case Received:
-		m.inbox.fileWire(in.Wire, m.clock.now)
+		m.out.Messages = append(m.out.Messages, m.inbox.fileWire(in.Wire, m.clock.now)...)
 	case Drained:
 		switch {
 		case e != nil && e.wantDrain:
@@ -304,8 +307,7 @@ func (m *Machine) advance() {
 		if e == nil || e.wantDrain || e.wantHold || e.wantCount || e.wantRead || e.wantShares || e.wantQuotas {
 			return
 		}
-		phase := e.phase()
-		others := len(m.cfg.Regions) - 1
+		_, end, _ := e.gather()
 		switch e.stage {
 		case stageStart:
 			e.r = m.inbox.roundOrEmpty(e.id, m.clock.now)
@@ -314,16 +316,17 @@ func (m *Machine) advance() {
 			m.report(e)
 			e.stage = stageReports
 		case stageReports:
-			if completeReports(e.r) < others && m.clock.now.Before(e.start.Add(phase)) {
+			if m.waiting(e, m.inbox.missingReports(e.r), end) {
 				return
 			}
 			e.kind.shrink(m, e)
 		case stageShrink:
-			m.out.Messages = append(m.out.Messages, &coordv1.Message{Region: m.cfg.Region, Epoch: e.id.epoch, IntervalMs: e.id.intervalMS, Mid: e.id.mid,
-				Body: &coordv1.Message_Ack{Ack: &coordv1.Ack{Heard: e.heard, Ok: e.ok}}})
+			e.r.ack = &coordv1.Message{Region: m.cfg.Region, Epoch: e.id.epoch, IntervalMs: e.id.intervalMS, Mid: e.id.mid,
+				Body: &coordv1.Message_Ack{Ack: &coordv1.Ack{Heard: e.heard, Ok: e.ok}}}
+			m.out.Messages = append(m.out.Messages, e.r.ack)
 			e.stage = stageAcks
 		case stageAcks:
-			if !m.inbox.acked(e.r, e.heard) && m.clock.now.Before(e.start.Add(2*phase)) {
+			if m.waiting(e, m.inbox.missingAcks(e.r, e.heard), end) {
 				return
 			}
 			e.st.Group = e.ok && len(e.heard) > 1 && m.inbox.group(e.r, e.heard)
@@ -343,7 +346,7 @@ func (m *Machine) advance() {
 			m.done(e)
 			return
 		case stageListen:
-			if completeReports(e.r) < others && m.clock.now.Before(e.start.Add(phase)) {
+			if m.waiting(e, m.inbox.missingReports(e.r), end) {
 				return
 			}
 			m.inbox.heard(e.r)
@@ -362,6 +365,30 @@ func (m *Machine) advance() {
 			return
 		}
 	}
+}
+
+// waiting reports whether e's gather, missing the regions named, waits on
+// until end. Once half of it has passed it asks them, once, for what is
+// missing (a Want): a message lost on the way is sent again within the
+// phase instead of losing the round (docs/multi-region.md, "Lost
+// messages").
+func (m *Machine) waiting(e *epoch, missing []string, end time.Time) bool {
+	if len(missing) == 0 || !m.clock.now.Before(end) {
+		return false
+	}
+	if ask, _, _ := e.gather(); e.asked != e.stage && !m.clock.now.Before(ask) {
+		e.asked = e.stage
+		w := &coordv1.Want{}
+		if e.stage == stageAcks {
+			w.Acks = missing
+		} else {
+			w.Reports = missing
+		}
+		m.out.Messages = append(m.out.Messages, &coordv1.Message{Region: m.cfg.Region, Epoch: e.id.epoch, IntervalMs: e.id.intervalMS, Mid: e.id.mid,
+			Body: &coordv1.Message_Want{Want: w}})
+		e.st.Asked++
+	}
+	return true
 }
 
 // elect applies a lock result. Becoming active starts a listening epoch;

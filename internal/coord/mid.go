@@ -49,6 +49,7 @@ func (midRound) open(m *Machine, e *epoch) {
 		e.st.ReportBytes += proto.Size(msg)
 	}
 	e.st.Reported, e.st.Chunks = len(e.mine), len(msgs)
+	e.r.report = msgs
 	m.out.Messages = append(m.out.Messages, msgs...)
 	e.stage = stageReports
 }

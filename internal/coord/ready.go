@@ -121,6 +121,9 @@ type Stats struct {
 	Quotas int
 	// ReportBytes and Chunks measure this region's report.
 	ReportBytes, Chunks int
+	// Asked is how many of the round's gathers asked the other regions
+	// for a report or an ack that had not arrived by half the phase.
+	Asked int
 	// Compute is the time spent encoding, decoding and planning (the
 	// coordinator's own CPU work, without waiting on the network or Redis).
 	Compute time.Duration

@@ -48,6 +48,7 @@ type epoch struct {
 	remote  []RemoteCount
 	ok      bool
 	st      Stats
+	asked   stage // the last gather that asked for what it missed
 }
 
 // roundKind is what an epoch's round and its mid-interval round do
@@ -81,6 +82,22 @@ type fullRound struct{}
 // phase is how long each gather waits: Gather of the round's span.
 func (e *epoch) phase() time.Duration {
 	return time.Duration(float64(e.kind.span(e.k.Interval)) * e.k.Gather)
+}
+
+// gather returns, for a stage that gathers the other regions' messages,
+// when it asks for what is missing and when it gives up on it: half its
+// phase, and the phase's end.
+func (e *epoch) gather() (ask, end time.Time, ok bool) {
+	phase := e.phase()
+	from := e.start
+	switch e.stage {
+	case stageReports, stageListen:
+	case stageAcks:
+		from = from.Add(phase)
+	default:
+		return ask, end, false
+	}
+	return from.Add(phase / 2), from.Add(phase), true
 }
 
 // begin starts the round due at m.clock.next: an epoch, or its mid-interval
@@ -149,6 +166,7 @@ func (m *Machine) report(e *epoch) {
 		e.st.ReportBytes += proto.Size(msg)
 	}
 	e.st.Reported, e.st.Chunks = len(e.mine), len(msgs)
+	e.r.report = msgs
 	m.out.Messages = append(m.out.Messages, msgs...)
 }
 

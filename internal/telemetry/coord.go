@@ -96,6 +96,7 @@ func (t *Telemetry) ObserveRebalance(ctx context.Context, r coord.Round) {
 			attribute.Int("allot.keys", st.Keys),
 			attribute.Int("allot.keys_written", st.Written),
 			attribute.Int("allot.report_bytes", st.ReportBytes),
+			attribute.Int("allot.asked", st.Asked),
 		))
 	span.End(trace.WithTimestamp(r.End))
 }

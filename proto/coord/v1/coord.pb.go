@@ -43,6 +43,7 @@ type Message struct {
 	//
 	//	*Message_Report
 	//	*Message_Ack
+	//	*Message_Want
 	Body isMessage_Body `protobuf_oneof:"body"`
 	// mid marks the mid-interval round of the epoch: a report of the keys
 	// whose demand moved since the epoch's report, and its ack
@@ -130,6 +131,15 @@ func (x *Message) GetAck() *Ack {
 	return nil
 }
 
+func (x *Message) GetWant() *Want {
+	if x != nil {
+		if x, ok := x.Body.(*Message_Want); ok {
+			return x.Want
+		}
+	}
+	return nil
+}
+
 func (x *Message) GetMid() bool {
 	if x != nil {
 		return x.Mid
@@ -149,9 +159,15 @@ type Message_Ack struct {
 	Ack *Ack `protobuf:"bytes,5,opt,name=ack,oneof"`
 }
 
+type Message_Want struct {
+	Want *Want `protobuf:"bytes,7,opt,name=want,oneof"`
+}
+
 func (*Message_Report) isMessage_Body() {}
 
 func (*Message_Ack) isMessage_Body() {}
+
+func (*Message_Want) isMessage_Body() {}
 
 // ReportChunk is one chunk of a region's report for one epoch. A report is
 // complete when all `chunks` chunks arrived.
@@ -375,6 +391,63 @@ func (x *Ack) GetOk() bool {
 	return false
 }
 
+// Want asks the regions it names to send their report (reports) or ack
+// (acks) of the message's round again: the sender's phase is half over and
+// they have not arrived (docs/multi-region.md, "Lost messages").
+// Coordinators that predate it ignore it, as they do any body they do not
+// know.
+type Want struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reports       []string               `protobuf:"bytes,1,rep,name=reports" json:"reports,omitempty"`
+	Acks          []string               `protobuf:"bytes,2,rep,name=acks" json:"acks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Want) Reset() {
+	*x = Want{}
+	mi := &file_coord_v1_coord_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Want) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Want) ProtoMessage() {}
+
+func (x *Want) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_coord_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Want.ProtoReflect.Descriptor instead.
+func (*Want) Descriptor() ([]byte, []int) {
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Want) GetReports() []string {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
+func (x *Want) GetAcks() []string {
+	if x != nil {
+		return x.Acks
+	}
+	return nil
+}
+
 // Demand is one node's demand snapshot, published on allot.demand.<region>.
 type Demand struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -386,7 +459,7 @@ type Demand struct {
 
 func (x *Demand) Reset() {
 	*x = Demand{}
-	mi := &file_coord_v1_coord_proto_msgTypes[4]
+	mi := &file_coord_v1_coord_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -398,7 +471,7 @@ func (x *Demand) String() string {
 func (*Demand) ProtoMessage() {}
 
 func (x *Demand) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[4]
+	mi := &file_coord_v1_coord_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -411,7 +484,7 @@ func (x *Demand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Demand.ProtoReflect.Descriptor instead.
 func (*Demand) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{4}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Demand) GetNode() string {
@@ -441,7 +514,7 @@ type DemandEntry struct {
 
 func (x *DemandEntry) Reset() {
 	*x = DemandEntry{}
-	mi := &file_coord_v1_coord_proto_msgTypes[5]
+	mi := &file_coord_v1_coord_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -453,7 +526,7 @@ func (x *DemandEntry) String() string {
 func (*DemandEntry) ProtoMessage() {}
 
 func (x *DemandEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[5]
+	mi := &file_coord_v1_coord_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -466,7 +539,7 @@ func (x *DemandEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DemandEntry.ProtoReflect.Descriptor instead.
 func (*DemandEntry) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{5}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DemandEntry) GetPrefix() uint32 {
@@ -501,14 +574,15 @@ var File_coord_v1_coord_proto protoreflect.FileDescriptor
 
 const file_coord_v1_coord_proto_rawDesc = "" +
 	"\n" +
-	"\x14coord/v1/coord.proto\x12\x0eallot.coord.v1\"\xd2\x01\n" +
+	"\x14coord/v1/coord.proto\x12\x0eallot.coord.v1\"\xfe\x01\n" +
 	"\aMessage\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x1f\n" +
 	"\vinterval_ms\x18\x03 \x01(\x03R\n" +
 	"intervalMs\x125\n" +
 	"\x06report\x18\x04 \x01(\v2\x1b.allot.coord.v1.ReportChunkH\x00R\x06report\x12'\n" +
-	"\x03ack\x18\x05 \x01(\v2\x13.allot.coord.v1.AckH\x00R\x03ack\x12\x10\n" +
+	"\x03ack\x18\x05 \x01(\v2\x13.allot.coord.v1.AckH\x00R\x03ack\x12*\n" +
+	"\x04want\x18\a \x01(\v2\x14.allot.coord.v1.WantH\x00R\x04want\x12\x10\n" +
 	"\x03mid\x18\x06 \x01(\bR\x03midB\x06\n" +
 	"\x04body\"l\n" +
 	"\vReportChunk\x12\x14\n" +
@@ -525,7 +599,10 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"\x04used\x18\a \x01(\x04R\x04used\"+\n" +
 	"\x03Ack\x12\x14\n" +
 	"\x05heard\x18\x01 \x03(\tR\x05heard\x12\x0e\n" +
-	"\x02ok\x18\x02 \x01(\bR\x02ok\"S\n" +
+	"\x02ok\x18\x02 \x01(\bR\x02ok\"4\n" +
+	"\x04Want\x12\x18\n" +
+	"\areports\x18\x01 \x03(\tR\areports\x12\x12\n" +
+	"\x04acks\x18\x02 \x03(\tR\x04acks\"S\n" +
 	"\x06Demand\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x125\n" +
 	"\aentries\x18\x02 \x03(\v2\x1b.allot.coord.v1.DemandEntryR\aentries\"q\n" +
@@ -547,25 +624,27 @@ func file_coord_v1_coord_proto_rawDescGZIP() []byte {
 	return file_coord_v1_coord_proto_rawDescData
 }
 
-var file_coord_v1_coord_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_coord_v1_coord_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_coord_v1_coord_proto_goTypes = []any{
 	(*Message)(nil),     // 0: allot.coord.v1.Message
 	(*ReportChunk)(nil), // 1: allot.coord.v1.ReportChunk
 	(*Entry)(nil),       // 2: allot.coord.v1.Entry
 	(*Ack)(nil),         // 3: allot.coord.v1.Ack
-	(*Demand)(nil),      // 4: allot.coord.v1.Demand
-	(*DemandEntry)(nil), // 5: allot.coord.v1.DemandEntry
+	(*Want)(nil),        // 4: allot.coord.v1.Want
+	(*Demand)(nil),      // 5: allot.coord.v1.Demand
+	(*DemandEntry)(nil), // 6: allot.coord.v1.DemandEntry
 }
 var file_coord_v1_coord_proto_depIdxs = []int32{
 	1, // 0: allot.coord.v1.Message.report:type_name -> allot.coord.v1.ReportChunk
 	3, // 1: allot.coord.v1.Message.ack:type_name -> allot.coord.v1.Ack
-	2, // 2: allot.coord.v1.ReportChunk.entries:type_name -> allot.coord.v1.Entry
-	5, // 3: allot.coord.v1.Demand.entries:type_name -> allot.coord.v1.DemandEntry
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	4, // 2: allot.coord.v1.Message.want:type_name -> allot.coord.v1.Want
+	2, // 3: allot.coord.v1.ReportChunk.entries:type_name -> allot.coord.v1.Entry
+	6, // 4: allot.coord.v1.Demand.entries:type_name -> allot.coord.v1.DemandEntry
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_coord_proto_init() }
@@ -576,6 +655,7 @@ func file_coord_v1_coord_proto_init() {
 	file_coord_v1_coord_proto_msgTypes[0].OneofWrappers = []any{
 		(*Message_Report)(nil),
 		(*Message_Ack)(nil),
+		(*Message_Want)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -583,7 +663,7 @@ func file_coord_v1_coord_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_v1_coord_proto_rawDesc), len(file_coord_v1_coord_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
