@@ -89,15 +89,6 @@ func count[T int | int64](n T) string {
 	return b.String()
 }
 
-// slash joins one figure of several runs: "89.4 / 88.6 / 90.6".
-func slash(rs []*result, f func(*result) string) string {
-	var out []string
-	for _, r := range rs {
-		out = append(out, f(r))
-	}
-	return strings.Join(out, " / ")
-}
-
 // spread is "mean (min-max)" of xs, one decimal.
 func spread(xs []float64) string {
 	lo, hi := slices.Min(xs), slices.Max(xs)
