@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/allot-dev/allot/internal/testenv/luatest"
 	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/lua"
 )
@@ -19,7 +20,7 @@ import (
 // per call here, as a node's lone check does; BenchmarkCheckTBGroups has
 // the shared calls.
 func BenchmarkCheckScript(b *testing.B) {
-	tbKeys, tbArgs := lua.CheckTBGroups([][]string{{"rl:{bench}:tb"}}, [][]any{{"tb", 1_000_000, 1000, 1_000_000, 1}})
+	tbKeys, tbArgs := luatest.CheckTBGroups([][]string{{"rl:{bench}:tb"}}, [][]any{{"tb", 1_000_000, 1000, 1_000_000, 1}})
 	for _, tc := range []struct {
 		name string
 		s    *redis.Script
@@ -68,7 +69,7 @@ func BenchmarkCheckTBGroups(b *testing.B) {
 					keys[i] = []string{fmt.Sprintf("rl:{t%d}:tb", n*g+i)}
 					args[i] = []any{"tb", 1_000_000, 1000, 1_000_000, 1}
 				}
-				k, a := lua.CheckTBGroups(keys, args)
+				k, a := luatest.CheckTBGroups(keys, args)
 				ka := make([]any, len(k))
 				for i := range k {
 					ka[i] = k[i]

@@ -145,27 +145,6 @@ func sameArgs(a, b []any) bool {
 	return true
 }
 
-// CheckTBGroups lays out groups given as Check takes them (keys[i], and
-// ArgsPerKey values per key in args[i]) for CheckTB: its KEYS and ARGV,
-// by AppendCheckTB. A group whose values are not ArgsPerKey per key gets
-// spec index 0 for every key.
-func CheckTBGroups(keys [][]string, args [][]any) ([]string, []any) {
-	cmd := AppendCheckTB(nil, len(keys), func(i int) int { return len(keys[i]) }, func(i, j int) (string, []any, any) {
-		a := args[i]
-		if len(a) != ArgsPerKey*len(keys[i]) {
-			return keys[i][j], nil, nil
-		}
-		a = a[j*ArgsPerKey : (j+1)*ArgsPerKey]
-		return keys[i][j], a[:ArgsPerKey-1], a[ArgsPerKey-1]
-	})
-	nk := cmd[0].(int)
-	ks := make([]string, nk)
-	for i := range ks {
-		ks[i] = cmd[1+i].(string)
-	}
-	return ks, cmd[1+nk:]
-}
-
 // CheckTBReplies splits a CheckTB reply for g groups: one element per
 // group, each Check's reply ([]any of int64) or the group's own error (a
 // redis.Error), or an error if the reply is not g elements.

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/allot-dev/allot/internal/testenv/luatest"
 	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/lua"
 )
@@ -37,7 +38,7 @@ func TestScriptsRejectBadArguments(t *testing.T) {
 		}
 		// check_tb.lua fails the group alone, or the whole call when
 		// the group's ARGV do not match its keys.
-		k, a := lua.CheckTBGroups([][]string{keys}, [][]any{args})
+		k, a := luatest.CheckTBGroups([][]string{keys}, [][]any{args})
 		v, err := lua.CheckTB.Run(ctx, c, k, a...).Result()
 		if err == nil {
 			vals, verr := lua.CheckTBReplies(v, 1)
@@ -56,7 +57,7 @@ func TestScriptsRejectBadArguments(t *testing.T) {
 // ([]int64) or error.
 func checkTB(t *testing.T, c *redis.Client, keys [][]string, args [][]any) []any {
 	t.Helper()
-	k, a := lua.CheckTBGroups(keys, args)
+	k, a := luatest.CheckTBGroups(keys, args)
 	v, err := lua.CheckTB.Run(context.Background(), c, k, a...).Result()
 	require.NoError(t, err)
 	vals, err := lua.CheckTBReplies(v, len(keys))
@@ -294,7 +295,7 @@ func TestCheckTBSpecTable(t *testing.T) {
 		{"tb", int64(10)}, // short
 		with([]any{"tb", int64(5), int64(1000), int64(0)}, 1),
 	}
-	k, a := lua.CheckTBGroups(keys, args)
+	k, a := luatest.CheckTBGroups(keys, args)
 	assert.Equal(t, []string{"rl:{t}:a", "rl:{t}:b", "rl:{t}:c", "rl:{t}:d", "rl:{t}:e", "rl:{t}:f"}, k)
 	assert.Equal(t, []any{5, 3,
 		"tb", int64(10), int64(1000), int64(0),

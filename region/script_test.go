@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/algorithm"
+	"github.com/allot-dev/allot/internal/testenv/luatest"
 	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/lease"
 	"github.com/allot-dev/allot/lua"
@@ -102,7 +103,7 @@ func TestScriptsFailBeforeWriting(t *testing.T) {
 			var err error
 			if tc.script == lua.CheckTB {
 				// One group of the two keys: the group's own error.
-				k, a := lua.CheckTBGroups([][]string{keys}, [][]any{args})
+				k, a := luatest.CheckTBGroups([][]string{keys}, [][]any{args})
 				var v any
 				v, err = tc.script.Run(ctx, c, k, a...).Result()
 				require.NoError(t, err, msg)

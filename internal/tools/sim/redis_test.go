@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/internal/coord"
+	"github.com/allot-dev/allot/internal/testenv/luatest"
 	"github.com/allot-dev/allot/internal/testenv/redistest"
 	"github.com/allot-dev/allot/lua"
 )
@@ -245,7 +246,7 @@ func TestScriptsMatchRedis(t *testing.T) {
 	share := func(rate, burst, oldRate, oldBurst float64) []string {
 		return []string{ftoa(rate), ftoa(burst), ftoa(oldRate), ftoa(oldBurst), "60000"}
 	}
-	tbKeys, tbArgs := lua.CheckTBGroups([][]string{{k1}, {k2}, {k1, k2}}, [][]any{{"tb", 100, 1000, 0, 1}, {"tb", 7, 3000, 20, 3}, {"tb", 100, 1000, 0, 2, "tb", 7, 3000, 20, 1}})
+	tbKeys, tbArgs := luatest.CheckTBGroups([][]string{{k1}, {k2}, {k1, k2}}, [][]any{{"tb", 100, 1000, 0, 1}, {"tb", 7, 3000, 20, 3}, {"tb", 100, 1000, 0, 2, "tb", 7, 3000, 20, 1}})
 	steps := []struct {
 		sc    script
 		keys  []string
