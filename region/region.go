@@ -74,7 +74,7 @@ func Open(ctx context.Context, addrs []string, opts Options) (*Store, error) {
 	dial := cs.dialer(opts)
 	cluster := len(addrs) > 1
 	if !cluster {
-		c := redis.NewClient(clientOptions(addrs[0], opts, dial))
+		c := redis.NewClient(clientOptions(addrs[:1], opts, dial).Simple())
 		enabled, err := clusterEnabled(ctx, c)
 		if err != nil {
 			c.Close()
@@ -89,25 +89,7 @@ func Open(ctx context.Context, addrs []string, opts Options) (*Store, error) {
 		c.Close()
 		cluster = true
 	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs:        addrs,
-		Username:     opts.Username,
-		Password:     opts.Password,
-		TLSConfig:    opts.TLSConfig,
-		DialTimeout:  opts.DialTimeout,
-		ReadTimeout:  opts.ReadTimeout,
-		WriteTimeout: opts.WriteTimeout,
-		PoolSize:     opts.PoolSize,
-		// Network errors are not retried: a script whose reply was lost may
-		// have run. MOVED/ASK redirects are still followed (MaxRedirects),
-		// as the script did not run on the wrong node.
-		MaxRetries: -1,
-		// Deadlines: see clientOptions.
-		ContextTimeoutEnabled: true,
-		DialerRetries:         1,
-		PoolTimeout:           opts.MaxWait,
-		Dialer:                dial,
-	})
+	cc := redis.NewClusterClient(clientOptions(addrs, opts, dial).Cluster())
 	if err := cc.Ping(ctx).Err(); err != nil {
 		cc.Close()
 		return nil, fmt.Errorf("region: open cluster %s: %w", strings.Join(addrs, ","), err)
@@ -176,9 +158,11 @@ func (s *Store) warm(ctx context.Context, c *redis.Client) {
 	}
 }
 
-func clientOptions(addr string, opts Options, dial func(context.Context, string, string) (net.Conn, error)) *redis.Options {
-	return &redis.Options{
-		Addr:         addr,
+// clientOptions are the one list of go-redis settings, for a client of
+// addrs[0] (Simple) or a cluster client seeded with addrs (Cluster).
+func clientOptions(addrs []string, opts Options, dial func(context.Context, string, string) (net.Conn, error)) *redis.UniversalOptions {
+	return &redis.UniversalOptions{
+		Addrs:        addrs,
 		Username:     opts.Username,
 		Password:     opts.Password,
 		TLSConfig:    opts.TLSConfig,
@@ -187,7 +171,9 @@ func clientOptions(addr string, opts Options, dial func(context.Context, string,
 		WriteTimeout: opts.WriteTimeout,
 		PoolSize:     opts.PoolSize,
 		// A script whose reply was lost may have run; retrying could take
-		// twice. The caller sees the error and decides.
+		// twice. The caller sees the error and decides. A cluster client
+		// still follows MOVED/ASK redirects (MaxRedirects): the script did
+		// not run on the wrong node.
 		MaxRetries: -1,
 		// Every pipeline carries a deadline (MaxWait) and the socket, the
 		// dial and the pool wait must all obey it: a read deadline from
@@ -199,7 +185,7 @@ func clientOptions(addr string, opts Options, dial func(context.Context, string,
 		DialerRetries:         1,
 		PoolTimeout:           opts.MaxWait,
 		Dialer:                dial,
-		// Pipelines share the main pool, whose connection Open warmed,
+		// Pipelines share the main pool, whose connections Open warmed,
 		// instead of a dedicated pool that dials on the first call.
 		PipelinePoolSize: -1,
 	}
