@@ -55,8 +55,10 @@ var CheckTB = redis.NewScript(checkTBSrc)
 // AppendCheckTB appends to cmd the key count, the KEYS and the ARGV of n
 // groups in CheckTB's batch layout, as an EVALSHA command carries them
 // after the script's hash. size(i) is group i's number of keys and
-// key(i, j) its j-th key: the key, its spec's first ArgsPerKey-1
-// arguments (algorithm code, limit, period in ms, burst) and its cost.
+// key(i, j) its j-th key: the key as a command argument (a string, or a
+// *string, which go-redis writes as the string it points to without the
+// allocation of boxing a copy), its spec's first ArgsPerKey-1 arguments
+// (algorithm code, limit, period in ms, burst) and its cost.
 // ARGV is the number of groups, the number of distinct specs, those
 // specs, then per group its number of keys and per key its spec's index
 // and its cost. A key whose spec is not ArgsPerKey-1 values is sent with
@@ -66,7 +68,7 @@ var CheckTB = redis.NewScript(checkTBSrc)
 // tests' calls both use it), and it allocates nothing but cmd's growth:
 // specs handed over as the same slice (a store's boxed spec cache) are
 // matched by identity before their values are compared.
-func AppendCheckTB(cmd []any, n int, size func(i int) int, key func(i, j int) (k string, spec []any, cost any)) []any {
+func AppendCheckTB(cmd []any, n int, size func(i int) int, key func(i, j int) (k any, spec []any, cost any)) []any {
 	var table [8][]any
 	specs := table[:0]
 	nk := 0

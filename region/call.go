@@ -8,6 +8,8 @@ package region
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,12 +52,17 @@ type request struct {
 	replies []reply
 	calls   []call
 	pending atomic.Int32
-	done    chan struct{}
+	// done receives once, when the last call is done: a channel of the
+	// store's (Store.dones), given back once received.
+	done chan struct{}
 	// Storage for the common request of one call (one group), so that it
-	// costs one allocation instead of three.
-	reply1 [1]reply
-	call1  [1]call
-	ptr1   [1]*call
+	// costs one allocation instead of three, and for its results
+	// (resultRoom) when it is a take of up to two keys.
+	reply1  [1]reply
+	call1   [1]call
+	ptr1    [1]*call
+	result1 [1]algorithm.Result
+	items1  [2]algorithm.ItemResult
 }
 
 // finish settles c with its reply, unless it is settled already: exactly
@@ -68,7 +75,7 @@ func (r *request) finish(c *call, val any, err error) {
 	}
 	r.replies[c.idx] = reply{val, err}
 	if r.pending.Add(-1) == 0 {
-		close(r.done)
+		r.done <- struct{}{}
 	}
 }
 
@@ -106,7 +113,8 @@ func (s *Store) run(ctx context.Context, r *request) []reply {
 	if n == 0 {
 		return r.replies
 	}
-	r.done = make(chan struct{})
+	r.done = s.dones.get()
+	defer s.dones.put(r)
 	r.pending.Store(int32(n))
 	type batch struct {
 		sh    *shard
@@ -180,7 +188,7 @@ func (c *call) appendArgs(cmd []any, specs *specArgs) []any {
 	}
 	cmd = append(cmd, len(c.group))
 	for i := range c.group {
-		cmd = append(cmd, c.group[i].Key)
+		cmd = append(cmd, &c.group[i].Key) // go-redis writes the string; boxing a copy would allocate
 	}
 	for i := range c.group {
 		sp, _ := specs.of(c.group[i].Spec) // validated when the call was made
@@ -249,20 +257,22 @@ func (s *Store) wireCalls(calls []*call, wire []wireCall) []wireCall {
 
 // queue queues w's command (name EVALSHA or EVAL, payload the hash or the
 // source) on p, its arguments laid out straight into the command, marked
-// noRetry.
-func (w *wireCall) queue(ctx context.Context, p redis.Pipeliner, calls []*call, specs *specArgs, name string, payload any) *redis.Cmd {
-	a := make([]any, 0, 3+8*len(w.idx))
+// noRetry. The arguments are laid out in *args, reused: the command holds
+// them until its pipeline was executed.
+func (w *wireCall) queue(ctx context.Context, p redis.Pipeliner, calls []*call, specs *specArgs, name string, payload any, args *[]any) *redis.Cmd {
+	a := slices.Grow((*args)[:0], 3+8*len(w.idx))
 	a = append(a, name, payload)
 	if !w.shared() {
 		a = calls[w.idx[0]].appendArgs(a, specs)
 	} else {
 		a = lua.AppendCheckTB(a, len(w.idx), func(i int) int { return len(calls[w.idx[i]].group) },
-			func(i, j int) (string, []any, any) {
+			func(i, j int) (any, []any, any) {
 				it := &calls[w.idx[i]].group[j]
 				sp, _ := specs.of(it.Spec)
-				return it.Key, sp, it.Cost
+				return &it.Key, sp, it.Cost
 			})
 	}
+	*args = a
 	c := redis.NewCmd(ctx, a...)
 	c.SetFirstKeyPos(3) // routes the call to the keys' slot
 	_ = p.Process(ctx, noRetry{c})
@@ -295,4 +305,22 @@ func (w *wireCall) settle(sent *redis.Cmd, out []reply) {
 			}
 		}
 	}
+}
+
+// doneChans are the channels requests are answered on, reused: each
+// receives exactly one value (the last call's finish) and is given back
+// only after it was received, so a channel comes back empty.
+type doneChans struct{ pool sync.Pool }
+
+func (d *doneChans) get() chan struct{} {
+	if c, ok := d.pool.Get().(chan struct{}); ok {
+		return c
+	}
+	return make(chan struct{}, 1)
+}
+
+// put gives r's channel back; r has received from it.
+func (d *doneChans) put(r *request) {
+	d.pool.Put(r.done)
+	r.done = nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -206,4 +207,48 @@ func TestBlipCostsABlip(t *testing.T) {
 	assert.Less(t, back, 3*time.Second)
 	_, _, err := take(s, "rl:{blip}:x")
 	require.NoError(t, err)
+}
+
+// TestGivenUpCallsNeverAnswerAnother: a request is answered on a channel
+// the store reuses. Callers that give up (their ctx ends while the
+// pipeline is out) and callers that wait share the pipelines, over a
+// link of 1 ms; each waiting caller must get its own answer, never a
+// signal left over from another request: every take either answers its
+// one item or fails as overloaded, and no decoding ever sees a reply
+// that was not set.
+func TestGivenUpCallsNeverAnswerAnother(t *testing.T) {
+	redistest.Require(t)
+	in := redistest.Server(t)
+	p := faultproxy.New(t, in.Addr)
+	s, err := region.Open(context.Background(), []string{p.Addr}, region.Options{Timeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	p.SetLatency(time.Millisecond)
+	var wg sync.WaitGroup
+	var answered, gaveUp atomic.Int64
+	for w := range 16 {
+		wg.Go(func() {
+			for i := range 200 {
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				if (w+i)%3 == 0 {
+					ctx, cancel = context.WithTimeout(ctx, time.Duration(i%4)*500*time.Microsecond)
+				}
+				res, err := s.Take(ctx, []algorithm.Group{{{Key: "rl:{stress}:x", Spec: tb(1_000_000_000, time.Second, 0), Cost: 1}}})
+				cancel()
+				if err != nil {
+					assert.True(t, decide.IsOverloaded(err), "worker %d take %d: %v", w, i, err)
+					gaveUp.Add(1)
+					continue
+				}
+				if assert.Len(t, res, 1) && assert.Len(t, res[0].Items, 1) {
+					assert.True(t, res[0].Allowed)
+					answered.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d answered, %d given up", answered.Load(), gaveUp.Load())
+	assert.Positive(t, answered.Load())
+	assert.Positive(t, gaveUp.Load(), "no caller gave up: the test exercised one path only")
 }

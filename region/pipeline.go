@@ -183,8 +183,10 @@ func (sh *shard) send(p *pipe, b *sendBuffers) *pipe {
 		b.pl = s.client.Pipeline()
 	}
 	pl := b.pl
+	args := grow(b.args, len(wire))
+	b.args = args
 	for i, w := range wire {
-		sent[i] = w.queue(ctx, pl, p.calls, &s.specs, "evalsha", s.hashArg(w.script))
+		sent[i] = w.queue(ctx, pl, p.calls, &s.specs, "evalsha", s.hashArg(w.script), &args[i])
 	}
 	sh.mu.Lock()
 	p.sent = time.Now()
@@ -200,7 +202,7 @@ func (sh *shard) send(p *pipe, b *sendBuffers) *pipe {
 	}
 	if len(again) > 0 {
 		for _, i := range again {
-			sent[i] = wire[i].queue(ctx, pl, p.calls, &s.specs, "eval", lua.Source(wire[i].script))
+			sent[i] = wire[i].queue(ctx, pl, p.calls, &s.specs, "eval", lua.Source(wire[i].script), &args[i])
 		}
 		_, _ = pl.Exec(ctx)
 	}
@@ -248,6 +250,9 @@ func (sh *shard) send(p *pipe, b *sendBuffers) *pipe {
 	clear(sent)    // nothing of this round trip stays reachable from b
 	clear(replies) // while the worker waits for the next
 	clear(wire)
+	for i := range args {
+		clear(args[i])
+	}
 	if failure != nil {
 		s.reloadState()
 	}
@@ -261,6 +266,7 @@ type sendBuffers struct {
 	pl      redis.Pipeliner // Exec empties it for the next
 	wire    []wireCall
 	sent    []*redis.Cmd
+	args    [][]any // each command's arguments
 	replies []reply
 }
 

@@ -54,6 +54,7 @@ type Store struct {
 	closed atomic.Bool
 	hashes sync.Map // *redis.Script -> its hash as an EVALSHA argument (any), boxed once
 	specs  specArgs
+	dones  doneChans
 	stats  struct{ pipelines, calls, stalls, shed atomic.Int64 }
 }
 
@@ -247,11 +248,12 @@ func (s *Store) Close() error {
 // are returned, but groups other than the failing one may have been
 // taken: that errs on the side of counting too much.
 func (s *Store) Take(ctx context.Context, groups []algorithm.Group) ([]algorithm.Result, error) {
-	replies, err := s.runGroups(ctx, checkScript(groups...), groups)
+	r, err := s.runGroups(ctx, checkScript(groups...), groups)
 	if err != nil {
 		return nil, fmt.Errorf("region: take: %w", err)
 	}
-	results, items := resultRoom(groups)
+	replies := r.replies
+	results, items := r.resultRoom(groups)
 	var errs []error
 	for i, g := range groups {
 		if len(g) == 0 {
@@ -273,20 +275,16 @@ func (s *Store) Take(ctx context.Context, groups []algorithm.Group) ([]algorithm
 	return results, nil
 }
 
-// resultRoom is the storage of groups' results and their items: one
-// allocation for the common take of one group of up to two keys, two
-// arrays otherwise.
-func resultRoom(groups []algorithm.Group) ([]algorithm.Result, []algorithm.ItemResult) {
+// resultRoom is the storage of groups' results and their items: the
+// request's own for the common take of one group of up to two keys (no
+// allocation of its own), two arrays otherwise.
+func (r *request) resultRoom(groups []algorithm.Group) ([]algorithm.Result, []algorithm.ItemResult) {
 	n := 0
 	for _, g := range groups {
 		n += len(g)
 	}
-	if len(groups) == 1 && n <= 2 {
-		room := new(struct {
-			results [1]algorithm.Result
-			items   [2]algorithm.ItemResult
-		})
-		return room.results[:], room.items[:n]
+	if len(groups) == 1 && n <= len(r.items1) {
+		return r.result1[:], r.items1[:n]
 	}
 	return make([]algorithm.Result, len(groups)), make([]algorithm.ItemResult, n)
 }
@@ -295,10 +293,11 @@ func resultRoom(groups []algorithm.Group) ([]algorithm.Result, []algorithm.ItemR
 // existing bucket gets its item's cost back (capped at capacity). Pass the
 // groups exactly as they were passed to a Take that allowed them.
 func (s *Store) Refund(ctx context.Context, groups []algorithm.Group) error {
-	replies, err := s.runGroups(ctx, lua.Refund, groups)
+	r, err := s.runGroups(ctx, lua.Refund, groups)
 	if err != nil {
 		return fmt.Errorf("region: refund: %w", err)
 	}
+	replies := r.replies
 	var errs []error
 	for i, g := range groups {
 		if len(g) == 0 {
@@ -315,10 +314,10 @@ func (s *Store) Refund(ctx context.Context, groups []algorithm.Group) error {
 }
 
 // runGroups sends script once per non-empty group (run), each group laid
-// out into its wire command when its pipeline is sent. replies[i] is the
-// zero reply for an empty group. Only argument errors are returned:
-// nothing was sent then.
-func (s *Store) runGroups(ctx context.Context, script *redis.Script, groups []algorithm.Group) ([]reply, error) {
+// out into its wire command when its pipeline is sent, and returns the
+// answered request: replies[i] is the zero reply for an empty group.
+// Only argument errors are returned: nothing was sent then.
+func (s *Store) runGroups(ctx context.Context, script *redis.Script, groups []algorithm.Group) (*request, error) {
 	for i, g := range groups {
 		if len(g) == 0 {
 			continue
@@ -331,7 +330,8 @@ func (s *Store) runGroups(ctx context.Context, script *redis.Script, groups []al
 	for i, g := range groups {
 		r.calls[i].group = g
 	}
-	return s.run(ctx, r), nil
+	s.run(ctx, r)
+	return r, nil
 }
 
 // runArgs sends script once per non-nil keys[i], with args[i] (run).

@@ -10,7 +10,7 @@ import "github.com/allot-dev/allot/lua"
 // by lua.AppendCheckTB. A group whose values are not lua.ArgsPerKey per key gets
 // spec index 0 for every key.
 func CheckTBGroups(keys [][]string, args [][]any) ([]string, []any) {
-	cmd := lua.AppendCheckTB(nil, len(keys), func(i int) int { return len(keys[i]) }, func(i, j int) (string, []any, any) {
+	cmd := lua.AppendCheckTB(nil, len(keys), func(i int) int { return len(keys[i]) }, func(i, j int) (any, []any, any) {
 		a := args[i]
 		if len(a) != lua.ArgsPerKey*len(keys[i]) {
 			return keys[i][j], nil, nil
