@@ -255,11 +255,12 @@ func (s *Store) wireCalls(calls []*call, wire []wireCall) []wireCall {
 	return wire
 }
 
-// queue queues w's command (name EVALSHA or EVAL, payload the hash or the
-// source) on p, its arguments laid out straight into the command, marked
-// noRetry. The arguments are laid out in *args, reused: the command holds
-// them until its pipeline was executed.
-func (w *wireCall) queue(ctx context.Context, p redis.Pipeliner, calls []*call, specs *specArgs, name string, payload any, args *[]any) *redis.Cmd {
+// queue queues w's command (name "evalsha" or "eval", a constant, whose
+// boxing costs nothing; payload the hash or the source) on p, its
+// arguments laid out straight into the command, marked noRetry. The
+// arguments are laid out in *args, reused: the command holds them until
+// its pipeline was executed.
+func (w *wireCall) queue(ctx context.Context, p redis.Pipeliner, calls []*call, specs *specArgs, name, payload any, args *[]any) *redis.Cmd {
 	a := slices.Grow((*args)[:0], 3+8*len(w.idx))
 	a = append(a, name, payload)
 	if !w.shared() {

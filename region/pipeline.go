@@ -174,7 +174,8 @@ func (sh *shard) worker(p *pipe) {
 // goroutine to send, if calls queued meanwhile (nil if none).
 func (sh *shard) send(p *pipe, b *sendBuffers) *pipe {
 	s := sh.s
-	ctx := deadlineCtx{deadline: time.Now().Add(s.opts.MaxWait)}
+	b.ctx.deadline = time.Now().Add(s.opts.MaxWait)
+	ctx := &b.ctx // a pointer: boxing a copy into context.Context would allocate
 	wire := s.wireCalls(p.calls, b.wire[:0])
 	b.wire = wire
 	sent := grow(b.sent, len(wire))
@@ -263,6 +264,7 @@ func (sh *shard) send(p *pipe, b *sendBuffers) *pipe {
 // from one to the next: a round trip's go-redis pipeline, its commands
 // and its replies cost no allocation of their own.
 type sendBuffers struct {
+	ctx     deadlineCtx
 	pl      redis.Pipeliner // Exec empties it for the next
 	wire    []wireCall
 	sent    []*redis.Cmd
