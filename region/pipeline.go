@@ -125,11 +125,11 @@ func (sh *shard) kick(now time.Time, self bool) (mine *pipe) {
 			p.calls = make([]*call, n)
 		}
 		copy(p.calls, sh.queue)
-		clear(sh.queue[:n])
-		sh.queue = sh.queue[n:]
-		if len(sh.queue) == 0 {
-			sh.queue = nil
-		}
+		// The rest moves to the front, so the queue keeps its array for
+		// the next submits instead of growing a new one each round trip.
+		rest := copy(sh.queue, sh.queue[n:])
+		clear(sh.queue[rest:])
+		sh.queue = sh.queue[:rest]
 		sh.inflight = append(sh.inflight, p)
 		if self && mine == nil {
 			mine = p
