@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -59,4 +61,59 @@ policies:
 	for _, st := range dec.Statuses {
 		assert.Equal(t, int64(9), st.Remaining, "%s: only this check counted", st.PolicyID)
 	}
+}
+
+// A batch's working arrays are reused by the next (GRPC keeps them in a
+// pool): batches of different sizes, one of them invalid, from several
+// goroutines at once, each answer as a batch of its own on a fresh
+// service.
+func TestBatchesShareNothing(t *testing.T) {
+	set, err := policy.Load("t", []byte(`
+policies:
+  - {id: t, per: [tenant], limits: [{name: s, algorithm: token_bucket, limit: 1000000, period: 1h}]}
+  - {id: c, per: [client], limits: [{name: s, algorithm: fixed_window, limit: 1000000, period: 1h}]}
+`))
+	require.NoError(t, err)
+	d := decide.New(decide.Config{Store: memstore.New(nil), Policies: set})
+	s := server.NewGRPC(d)
+	batch := func(n int, client string) *ratelimitv1.BatchRateLimitRequest {
+		in := &ratelimitv1.BatchRateLimitRequest{}
+		for i := range n {
+			r := &ratelimitv1.RateLimitRequest{TenantId: fmt.Sprint("t", i), ClientIdentifier: client}
+			in.Requests = append(in.Requests, r)
+		}
+		return in
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 50 {
+				n := 1 + (g*7+i*13)%40
+				if i%10 == 9 {
+					bad := batch(n, "")
+					bad.Requests[n-1].TenantId = ""
+					_, err := s.CheckRateLimitBatch(context.Background(), bad)
+					assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+					continue
+				}
+				client := fmt.Sprint("c", g, "-", i%3)
+				out, err := s.CheckRateLimitBatch(context.Background(), batch(n, client))
+				if !assert.NoError(t, err) || !assert.Len(t, out.Responses, n) || !assert.Len(t, out.Responses[0].Statuses, 2) {
+					return
+				}
+				first := out.Responses[0].Statuses[1].Remaining
+				for j, r := range out.Responses {
+					// Every check of the batch has this client, and no
+					// other goroutine has it: its counter goes down by
+					// one per check, in the order of the batch.
+					if assert.Len(t, r.Statuses, 2, "check %d", j) {
+						assert.Equal(t, "t", r.Statuses[0].PolicyId)
+						assert.Equal(t, "c", r.Statuses[1].PolicyId)
+						assert.Equal(t, first-int64(j), r.Statuses[1].Remaining, "check %d", j)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

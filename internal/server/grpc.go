@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -57,6 +58,9 @@ type GRPC struct {
 	ratelimitv1.UnimplementedRateLimiterServiceServer
 	checker Checker
 	observe func(ctx context.Context, ev Event)
+	// batches holds *batchScratch: a batch's working arrays, reused by
+	// the next batch (BenchmarkGRPCBatch100: a fifth of its bytes).
+	batches sync.Pool
 }
 
 // GRPCOptions configure the gRPC service. The zero value is usable.
@@ -130,10 +134,13 @@ const undoTimeout = 250 * time.Millisecond
 // call answers only the error, so the checks already decided are given
 // back (Undoer): a failed batch counts nothing, as a bad one does.
 func (s *GRPC) CheckRateLimitBatch(ctx context.Context, in *ratelimitv1.BatchRateLimitRequest) (*ratelimitv1.BatchRateLimitResponse, error) {
-	if n := len(in.GetRequests()); n > MaxBatch {
+	n := len(in.GetRequests())
+	if n > MaxBatch {
 		return nil, status.Errorf(codes.InvalidArgument, "requests: %d checks exceed the maximum of %d per call", n, MaxBatch)
 	}
-	reqs := make([]decide.Request, len(in.GetRequests()))
+	sc := s.scratch(n)
+	defer s.release(sc)
+	reqs, decided := sc.reqs, sc.decided
 	for i, rq := range in.GetRequests() {
 		reqs[i] = request(rq)
 		if err := decide.Validate(&reqs[i]); err != nil {
@@ -141,22 +148,17 @@ func (s *GRPC) CheckRateLimitBatch(ctx context.Context, in *ratelimitv1.BatchRat
 			return nil, status.Errorf(codes.InvalidArgument, "requests[%d].%v", i, err)
 		}
 	}
-	n := len(reqs)
-	// What undo needs of each decision; Statuses are not kept (their
-	// storage is reused by the next check).
-	decided := make([]decide.Decision, n)
 	msgs := make([]ratelimitv1.RateLimitResponse, n)
 	out := &ratelimitv1.BatchRateLimitResponse{Responses: make([]*ratelimitv1.RateLimitResponse, n)}
-	// Every check builds its statuses in buf (Checker) and they go
-	// to the wire at once, into the arrays of wire.
-	buf := make([]decide.Status, 0, batchStatusRoom)
+	// Every check builds its statuses in sc.statuses (Checker) and they
+	// go to the wire at once, into the arrays of wire.
 	var wire wireStatuses
 	for i := range reqs {
 		var start time.Time
 		if s.observe != nil {
 			start = time.Now()
 		}
-		d, err := s.checker.CheckAppend(ctx, &reqs[i], buf)
+		d, err := s.checker.CheckAppend(ctx, &reqs[i], sc.statuses)
 		if err != nil {
 			s.observeErr(ctx, err, start)
 			s.undo(ctx, reqs[:i], decided[:i])
@@ -174,6 +176,40 @@ func (s *GRPC) CheckRateLimitBatch(ctx context.Context, in *ratelimitv1.BatchRat
 		decided[i] = d
 	}
 	return out, nil
+}
+
+// batchScratch is what a batch works in and does not answer with: the
+// validated requests, what undo needs of each decision (Statuses are not
+// kept: their storage is reused by the next check) and the statuses'
+// buffer. Nothing keeps it past the call: the decider does not keep a
+// request, and the answer copies what it sends.
+type batchScratch struct {
+	reqs     []decide.Request
+	decided  []decide.Decision
+	statuses []decide.Status
+}
+
+// scratch returns a batch's working arrays for n checks, zeroed: from
+// the pool, or new. The caller gives them back with release.
+func (s *GRPC) scratch(n int) *batchScratch {
+	sc, _ := s.batches.Get().(*batchScratch)
+	if sc == nil {
+		sc = &batchScratch{statuses: make([]decide.Status, 0, batchStatusRoom)}
+	}
+	if cap(sc.reqs) < n {
+		sc.reqs = make([]decide.Request, n)
+		sc.decided = make([]decide.Decision, n)
+	}
+	sc.reqs, sc.decided = sc.reqs[:n], sc.decided[:n]
+	return sc
+}
+
+// release zeroes sc and puts it back: the pool then holds no strings of
+// an answered call (they point into its message's bytes).
+func (s *GRPC) release(sc *batchScratch) {
+	clear(sc.reqs)
+	clear(sc.decided)
+	s.batches.Put(sc)
 }
 
 // batchStatusRoom is the statuses a batch's buffer has room for: more
