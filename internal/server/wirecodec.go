@@ -131,7 +131,8 @@ func (c *wireCodec) unmarshal(data mem.BufferSlice, v any) error {
 	// is decoded by protobuf-go, with its own errors. What is accepted,
 	// and how it decodes, is exactly as before
 	// (TestWireCodecAgreesOnMalformed).
-	if !sc.plain(buf) || unmarshalVT(buf, v) != nil {
+	var n wireCounts
+	if !sc.plain(buf, 0, &n) || unmarshalVT(buf, v, &n) != nil {
 		m := v.(proto.Message)
 		proto.Reset(m)
 		return proto.Unmarshal(buf, m)
@@ -193,43 +194,58 @@ func newWireSchema(md protoreflect.MessageDescriptor, seen map[protoreflect.Full
 	return sc
 }
 
+// wireCounts is what plain counts on its way: the message fields of a
+// message (index 0) and of its direct sub-messages (index 1), by field
+// number below 16. A batch's arrays are sized by them, so the batch is
+// not read again to count.
+type wireCounts [2][16]int
+
 // plain reports whether b is well formed by protobuf-go's rules
 // (protowire's, and field numbers within range) and holds only known
-// fields of sc with their wire types, nested messages included.
-func (sc *wireSchema) plain(b []byte) bool {
+// fields of sc with their wire types, nested messages included. It adds
+// the message fields it reads at depth (0 for the message itself) to n.
+func (sc *wireSchema) plain(b []byte, depth int, n *wireCounts) bool {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || int(num) >= len(sc.fields) || !sc.fields[num].known || sc.fields[num].typ != typ {
+		num, typ, k := protowire.ConsumeTag(b)
+		if k < 0 || int(num) >= len(sc.fields) || !sc.fields[num].known || sc.fields[num].typ != typ {
 			return false
 		}
-		b = b[n:]
+		b = b[k:]
 		f := &sc.fields[num]
 		if typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 || f.sub != nil && !f.sub.plain(v) {
+			v, k := protowire.ConsumeBytes(b)
+			if k < 0 {
 				return false
 			}
-			b = b[n:]
+			if f.sub != nil {
+				if depth < len(n) && int(num) < len(n[depth]) {
+					n[depth][num]++
+				}
+				if !f.sub.plain(v, depth+1, n) {
+					return false
+				}
+			}
+			b = b[k:]
 			continue
 		}
-		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+		if k = protowire.ConsumeFieldValue(num, typ, b); k < 0 {
 			return false
 		}
-		b = b[n:]
+		b = b[k:]
 	}
 	return true
 }
 
-// unmarshalVT decodes buf into v, one of the node's messages.
-func unmarshalVT(buf []byte, v any) error {
+// unmarshalVT decodes buf into v, one of the node's messages, which plain
+// found plain and counted in n.
+func unmarshalVT(buf []byte, v any, n *wireCounts) error {
 	switch m := v.(type) {
 	case *ratelimitv1.BatchRateLimitRequest:
-		n, ok := countField(buf, 1)
-		if ok && len(m.Requests) == 0 {
+		if len(m.Requests) == 0 {
 			// The generated code fills the room of a slice it is given
 			// (the pool option) instead of allocating each check.
-			elems := make([]ratelimitv1.RateLimitRequest, n)
-			ptrs := make([]*ratelimitv1.RateLimitRequest, n)
+			elems := make([]ratelimitv1.RateLimitRequest, n[0][1])
+			ptrs := make([]*ratelimitv1.RateLimitRequest, len(elems))
 			for i := range ptrs {
 				ptrs[i] = &elems[i]
 			}
@@ -237,7 +253,7 @@ func unmarshalVT(buf []byte, v any) error {
 		}
 		return m.UnmarshalVTUnsafe(buf)
 	case *ratelimitv1.BatchRateLimitResponse:
-		return unmarshalBatchResponse(buf, m)
+		return unmarshalBatchResponse(buf, m, n[0][1], n[1][8], n[1][9])
 	case *ratelimitv1.RateLimitRequest:
 		return m.UnmarshalVTUnsafe(buf)
 	case *ratelimitv1.RateLimitResponse:
@@ -248,27 +264,10 @@ func unmarshalVT(buf []byte, v any) error {
 	panic("unreachable")
 }
 
-// unmarshalBatchResponse decodes a batch answer with its responses and
-// their statuses in one array each. A message with anything but field 1
-// (unknown fields) takes the generated decoder whole.
-func unmarshalBatchResponse(buf []byte, m *ratelimitv1.BatchRateLimitResponse) error {
-	var n, nst, nsh int
-	for b := buf; len(b) > 0; {
-		num, typ, k := protowire.ConsumeTag(b)
-		if k < 0 || num != 1 || typ != protowire.BytesType {
-			return m.UnmarshalVTUnsafe(buf)
-		}
-		b = b[k:]
-		v, k := protowire.ConsumeBytes(b)
-		if k < 0 {
-			return m.UnmarshalVTUnsafe(buf)
-		}
-		b = b[k:]
-		n++
-		st, _ := countField(v, 8)
-		sh, _ := countField(v, 9)
-		nst, nsh = nst+st, nsh+sh
-	}
+// unmarshalBatchResponse decodes a batch answer of n responses, with nst
+// statuses and nsh shadow violations in all, with its responses and their
+// statuses in one array each.
+func unmarshalBatchResponse(buf []byte, m *ratelimitv1.BatchRateLimitResponse, n, nst, nsh int) error {
 	if len(m.Responses) != 0 {
 		return m.UnmarshalVTUnsafe(buf)
 	}
@@ -309,25 +308,4 @@ func unmarshalBatchResponse(buf []byte, m *ratelimitv1.BatchRateLimitResponse) e
 		m.Responses[i] = r
 	}
 	return nil
-}
-
-// countField counts the top-level occurrences of field num in a message
-// encoding; ok is false if it does not parse.
-func countField(b []byte, num protowire.Number) (n int, ok bool) {
-	for len(b) > 0 {
-		f, typ, k := protowire.ConsumeTag(b)
-		if k < 0 {
-			return n, false
-		}
-		b = b[k:]
-		k = protowire.ConsumeFieldValue(f, typ, b)
-		if k < 0 {
-			return n, false
-		}
-		b = b[k:]
-		if f == num && typ == protowire.BytesType {
-			n++
-		}
-	}
-	return n, true
 }
