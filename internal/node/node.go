@@ -190,7 +190,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	// get a goroutine of their own.
 	opts = append(opts, grpc.NumStreamWorkers(streamWorkers))
 	n.grpc = grpc.NewServer(opts...)
-	ratelimitv1.RegisterRateLimiterServiceServer(n.grpc, server.NewGRPC(n.checker(), server.GRPCOptions{Observe: n.observeHook()}))
+	server.NewGRPC(n.checker(), server.GRPCOptions{Observe: n.observeHook()}).Register(n.grpc)
 	n.health = newHealthServer()
 	healthpb.RegisterHealthServer(n.grpc, n.health)
 	// Every service the listener serves has an entry, so a probe that

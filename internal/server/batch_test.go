@@ -3,13 +3,17 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/allot-dev/allot/internal/decide"
 	"github.com/allot-dev/allot/internal/memstore"
@@ -116,4 +120,61 @@ policies:
 		})
 	}
 	wg.Wait()
+}
+
+// Over gRPC, a batch decodes into the message and arrays of an earlier
+// call (GRPC.Register): nothing of the earlier checks may remain. Each
+// batch alternates checks with every field set and checks with only a
+// tenant; a field left over from an earlier call would match policy
+// "route" or "client", or fail validation.
+func TestBatchOverGRPCReusesNothingOfEarlierCalls(t *testing.T) {
+	set, err := policy.Load("t", []byte(`
+policies:
+  - {id: t, per: [tenant], limits: [{name: s, algorithm: token_bucket, limit: 1000000, period: 1h}]}
+  - {id: route, match: {route: /r}, per: [tenant], limits: [{name: s, algorithm: token_bucket, limit: 1000000, period: 1h}]}
+  - {id: client, match: {client: c}, per: [client], limits: [{name: s, algorithm: token_bucket, limit: 1000000, period: 1h}]}
+`))
+	require.NoError(t, err)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer(server.MalformedIsInvalid()...)
+	server.NewGRPC(decide.New(decide.Config{Store: memstore.New(nil), Policies: set})).Register(srv)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	c := ratelimitv1.NewRateLimiterServiceClient(conn)
+
+	ctx := context.Background()
+	sizes := []int{40, 3, 60, 1, 25, 0, 60}
+	sizes = append(append(sizes, sizes...), sizes...) // a reuse on each P
+	for call, n := range sizes {
+		in := &ratelimitv1.BatchRateLimitRequest{}
+		for i := range n {
+			r := &ratelimitv1.RateLimitRequest{TenantId: fmt.Sprint("t", i)}
+			if (i+call)%2 == 0 {
+				r.ClientIdentifier, r.Route, r.Method, r.Ip, r.Tier, r.TokenCost = "c", "/r", "get", "10.0.0.1", "x", 2
+			}
+			in.Requests = append(in.Requests, r)
+		}
+		out, err := c.CheckRateLimitBatch(ctx, in)
+		require.NoError(t, err, "call %d", call)
+		require.Len(t, out.Responses, n, "call %d", call)
+		for i, r := range out.Responses {
+			want := []string{"t"}
+			if (i+call)%2 == 0 {
+				want = []string{"t", "route", "client"}
+			}
+			var got []string
+			for _, st := range r.Statuses {
+				got = append(got, st.PolicyId)
+			}
+			assert.Equal(t, want, got, "call %d, check %d", call, i)
+		}
+		// A malformed call between them is answered INVALID_ARGUMENT and
+		// leaves nothing behind either.
+		err = conn.Invoke(ctx, ratelimitv1.RateLimiterService_CheckRateLimitBatch_FullMethodName, wrapperspb.Bytes([]byte{0xff}), new(ratelimitv1.BatchRateLimitResponse))
+		require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	}
 }

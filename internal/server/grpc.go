@@ -16,9 +16,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -61,6 +63,9 @@ type GRPC struct {
 	// batches holds *batchScratch: a batch's working arrays, reused by
 	// the next batch (BenchmarkGRPCBatch100: a fifth of its bytes).
 	batches sync.Pool
+	// requests holds the *ratelimitv1.BatchRateLimitRequest messages of
+	// handleBatch, with the arrays of their checks.
+	requests sync.Pool
 }
 
 // GRPCOptions configure the gRPC service. The zero value is usable.
@@ -79,6 +84,56 @@ func NewGRPC(c Checker, opts ...GRPCOptions) *GRPC {
 		s.observe = opts[0].Observe
 	}
 	return s
+}
+
+// Register registers s on r as the RateLimiterService, as
+// ratelimitv1.RegisterRateLimiterServiceServer does, but with handleBatch
+// as the CheckRateLimitBatch handler.
+func (s *GRPC) Register(r grpc.ServiceRegistrar) {
+	desc := ratelimitv1.RateLimiterService_ServiceDesc
+	desc.Methods = slices.Clone(desc.Methods)
+	for i := range desc.Methods {
+		if desc.Methods[i].MethodName == batchMethod {
+			desc.Methods[i].Handler = s.handleBatch
+		}
+	}
+	r.RegisterService(&desc, s)
+}
+
+// batchMethod is CheckRateLimitBatch's name in the service description.
+const batchMethod = "CheckRateLimitBatch"
+
+// handleBatch is the generated handler of CheckRateLimitBatch with one
+// change: the message the call decodes into comes from s.requests and
+// goes back when the interceptors and the method have returned, so the
+// arrays of its checks serve call after call (they were 17 KB of a
+// 100-check call's allocations). Only this handler puts a message there:
+// it created it, and a handler's request is not used after it returns.
+func (s *GRPC) handleBatch(_ any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	in, _ := s.requests.Get().(*ratelimitv1.BatchRateLimitRequest)
+	if in == nil {
+		in = new(ratelimitv1.BatchRateLimitRequest)
+	}
+	defer s.putRequest(in)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return s.CheckRateLimitBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{Server: s, FullMethod: ratelimitv1.RateLimiterService_CheckRateLimitBatch_FullMethodName}
+	return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
+		return s.CheckRateLimitBatch(ctx, req.(*ratelimitv1.BatchRateLimitRequest))
+	})
+}
+
+// putRequest empties in, keeping the room of its checks (the codec
+// empties a check before decoding into it), and puts it back.
+func (s *GRPC) putRequest(in *ratelimitv1.BatchRateLimitRequest) {
+	room := in.Requests[:0]
+	in.Reset()
+	in.Requests = room
+	s.requests.Put(in)
 }
 
 // CheckRateLimit decides one request.

@@ -242,14 +242,7 @@ func unmarshalVT(buf []byte, v any, n *wireCounts) error {
 	switch m := v.(type) {
 	case *ratelimitv1.BatchRateLimitRequest:
 		if len(m.Requests) == 0 {
-			// The generated code fills the room of a slice it is given
-			// (the pool option) instead of allocating each check.
-			elems := make([]ratelimitv1.RateLimitRequest, n[0][1])
-			ptrs := make([]*ratelimitv1.RateLimitRequest, len(elems))
-			for i := range ptrs {
-				ptrs[i] = &elems[i]
-			}
-			m.Requests = ptrs[:0]
+			m.Requests = requestRoom(m.Requests, n[0][1])
 		}
 		return m.UnmarshalVTUnsafe(buf)
 	case *ratelimitv1.BatchRateLimitResponse:
@@ -262,6 +255,27 @@ func unmarshalVT(buf []byte, v any, n *wireCounts) error {
 		return m.UnmarshalVTUnsafe(buf)
 	}
 	panic("unreachable")
+}
+
+// requestRoom returns room for n checks, empty, for the generated code to
+// fill (the pool option: it decodes into the elements a slice holds past
+// its length instead of allocating each check): rs's own if it has the
+// room (a reused message's, GRPC.handleBatch), else one new array.
+func requestRoom(rs []*ratelimitv1.RateLimitRequest, n int) []*ratelimitv1.RateLimitRequest {
+	if cap(rs) >= n {
+		for _, r := range rs[:n] {
+			if r != nil {
+				r.Reset() // the decoder merges into what it finds
+			}
+		}
+		return rs[:0]
+	}
+	elems := make([]ratelimitv1.RateLimitRequest, n)
+	ptrs := make([]*ratelimitv1.RateLimitRequest, n)
+	for i := range ptrs {
+		ptrs[i] = &elems[i]
+	}
+	return ptrs[:0]
 }
 
 // unmarshalBatchResponse decodes a batch answer of n responses, with nst
