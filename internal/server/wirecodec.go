@@ -263,9 +263,12 @@ func unmarshalVT(buf []byte, v any, n *wireCounts) error {
 // room (a reused message's, GRPC.handleBatch), else one new array.
 func requestRoom(rs []*ratelimitv1.RateLimitRequest, n int) []*ratelimitv1.RateLimitRequest {
 	if cap(rs) >= n {
+		// Emptied: the decoder merges into what it finds. By assignment:
+		// Reset also stores the message's type info (5x the time of
+		// zeroing it), which the message finds itself when it needs it.
 		for _, r := range rs[:n] {
 			if r != nil {
-				r.Reset() // the decoder merges into what it finds
+				*r = ratelimitv1.RateLimitRequest{}
 			}
 		}
 		return rs[:0]
