@@ -76,11 +76,17 @@ func (c *wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 	}
 	size := m.SizeVT()
 	if mem.IsBelowBufferPoolingThreshold(size) {
-		buf := make([]byte, size)
-		if _, err := m.MarshalToSizedBufferVT(buf); err != nil {
+		w := &smallWire{}
+		if size <= len(w.room) {
+			w.buf = w.room[:size:size]
+		} else {
+			w.buf = make([]byte, size)
+		}
+		if _, err := m.MarshalToSizedBufferVT(w.buf); err != nil {
 			return nil, err
 		}
-		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
+		w.slice[0] = &w.buf // a pointer: boxing the slice would allocate
+		return w.slice[:], nil
 	}
 	pool := mem.DefaultBufferPool()
 	buf := pool.Get(size)
@@ -89,6 +95,16 @@ func (c *wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 		return nil, err
 	}
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+}
+
+// smallWire is a small message's encoding and the BufferSlice that
+// carries it, in one allocation where there were three (the bytes, the
+// boxed SliceBuffer and the slice's array): a single check's answer fits
+// in room.
+type smallWire struct {
+	buf   mem.SliceBuffer
+	slice [1]mem.Buffer
+	room  [128]byte
 }
 
 func (c *wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
@@ -260,7 +276,7 @@ func unmarshalVT(buf []byte, v any, n *wireCounts) error {
 // requestRoom returns room for n checks, empty, for the generated code to
 // fill (the pool option: it decodes into the elements a slice holds past
 // its length instead of allocating each check): rs's own if it has the
-// room (a reused message's, GRPC.handleBatch), else one new array.
+// room (a reused message's, GRPC.Register), else one new array.
 func requestRoom(rs []*ratelimitv1.RateLimitRequest, n int) []*ratelimitv1.RateLimitRequest {
 	if cap(rs) >= n {
 		// Emptied: the decoder merges into what it finds. By assignment:
