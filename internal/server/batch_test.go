@@ -178,3 +178,45 @@ policies:
 		require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 	}
 }
+
+// The same for single checks: each call decodes into a message an
+// earlier call used (GRPC.Register), and none may see its fields.
+func TestCheckOverGRPCReusesNothingOfEarlierCalls(t *testing.T) {
+	set, err := policy.Load("t", []byte(`
+policies:
+  - {id: t, per: [tenant], limits: [{name: s, algorithm: token_bucket, limit: 1000000, period: 1h}]}
+  - {id: route, match: {route: /r}, per: [tenant], limits: [{name: s, algorithm: token_bucket, limit: 1000000, period: 1h}]}
+`))
+	require.NoError(t, err)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer(server.MalformedIsInvalid()...)
+	server.NewGRPC(decide.New(decide.Config{Store: memstore.New(nil), Policies: set})).Register(srv)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	c := ratelimitv1.NewRateLimiterServiceClient(conn)
+
+	ctx := context.Background()
+	for call := range 40 { // several reuses on each P
+		in := &ratelimitv1.RateLimitRequest{TenantId: fmt.Sprint("t", call)}
+		want, cost := []string{"t"}, int64(1)
+		if call%2 == 0 {
+			in.Route, in.TokenCost = "/r", 2
+			want, cost = append(want, "route"), 2
+		}
+		out, err := c.CheckRateLimit(ctx, in)
+		require.NoError(t, err, "call %d", call)
+		var got []string
+		for _, st := range out.Statuses {
+			got = append(got, st.PolicyId)
+			// A new tenant each call: its buckets are fresh.
+			assert.Equal(t, 1_000_000-cost, st.Remaining, "call %d, %s", call, st.PolicyId)
+		}
+		assert.Equal(t, want, got, "call %d", call)
+		err = conn.Invoke(ctx, ratelimitv1.RateLimiterService_CheckRateLimit_FullMethodName, wrapperspb.Bytes([]byte{0xff}), new(ratelimitv1.RateLimitResponse))
+		require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	}
+}
