@@ -120,8 +120,8 @@ func (s *GRPC) Register(r grpc.ServiceRegistrar) {
 // returned, and the info and handler handed to the interceptors are made
 // once, not per call (three allocations per call, of a single check's
 // few dozen). Only this handler puts a message in its pool: it created
-// it, and a handler's request is not used after it returns (the wire
-// codec copies a request's strings out of the call's buffers).
+// it, and a handler's request is not used after it returns (its strings
+// point into an array of their own, which the wire codec never reuses).
 type hotMethod[M any, PM interface {
 	*M
 	proto.Message
