@@ -122,12 +122,11 @@ policies:
 	wg.Wait()
 }
 
-// Over gRPC, a batch decodes into the message and arrays of an earlier
-// call (GRPC.Register): nothing of the earlier checks may remain. Each
-// batch alternates checks with every field set and checks with only a
-// tenant; a field left over from an earlier call would match policy
-// "route" or "client", or fail validation.
-func TestBatchOverGRPCReusesNothingOfEarlierCalls(t *testing.T) {
+// serveReuse serves, over a real listener, a node's gRPC service and
+// codec on an in-process store with three policies: "t" for every tenant,
+// "route" for route /r and "client" for client c.
+func serveReuse(t *testing.T) (*grpc.ClientConn, ratelimitv1.RateLimiterServiceClient) {
+	t.Helper()
 	set, err := policy.Load("t", []byte(`
 policies:
   - {id: t, per: [tenant], limits: [{name: s, algorithm: token_bucket, limit: 1000000, period: 1h}]}
@@ -145,6 +144,16 @@ policies:
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	c := ratelimitv1.NewRateLimiterServiceClient(conn)
+	return conn, c
+}
+
+// Over gRPC, a batch decodes into the message and arrays of an earlier
+// call (GRPC.Register): nothing of the earlier checks may remain. Each
+// batch alternates checks with every field set and checks with only a
+// tenant; a field left over from an earlier call would match policy
+// "route" or "client", or fail validation.
+func TestBatchOverGRPCReusesNothingOfEarlierCalls(t *testing.T) {
+	conn, c := serveReuse(t)
 
 	ctx := context.Background()
 	sizes := []int{40, 3, 60, 1, 25, 0, 60}
@@ -182,22 +191,7 @@ policies:
 // The same for single checks: each call decodes into a message an
 // earlier call used (GRPC.Register), and none may see its fields.
 func TestCheckOverGRPCReusesNothingOfEarlierCalls(t *testing.T) {
-	set, err := policy.Load("t", []byte(`
-policies:
-  - {id: t, per: [tenant], limits: [{name: s, algorithm: token_bucket, limit: 1000000, period: 1h}]}
-  - {id: route, match: {route: /r}, per: [tenant], limits: [{name: s, algorithm: token_bucket, limit: 1000000, period: 1h}]}
-`))
-	require.NoError(t, err)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := grpc.NewServer(server.MalformedIsInvalid()...)
-	server.NewGRPC(decide.New(decide.Config{Store: memstore.New(nil), Policies: set})).Register(srv)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() })
-	c := ratelimitv1.NewRateLimiterServiceClient(conn)
+	conn, c := serveReuse(t)
 
 	ctx := context.Background()
 	for call := range 40 { // several reuses on each P
