@@ -73,20 +73,19 @@ func AppendCheckTB(cmd []any, n int, size func(i int) int, key func(i, j int) (k
 	specs := table[:0]
 	nk := 0
 	for i := range n {
-		m := size(i)
-		nk += m
-		for j := range m {
-			if _, sp, _ := key(i, j); len(sp) == ArgsPerKey-1 && specIndex(specs, sp) == 0 {
-				specs = append(specs, sp)
-			}
-		}
+		nk += size(i)
 	}
-	cmd = slices.Grow(cmd, 1+nk+2+4*len(specs)+n+2*nk)
+	cmd = slices.Grow(cmd, 1+nk+2+4*len(table)+n+2*nk)
 	cmd = append(cmd, nk)
+	// One pass lays out the KEYS and gathers the distinct specs, the next
+	// the groups: each key is asked for twice.
 	for i := range n {
 		for j := range size(i) {
-			k, _, _ := key(i, j)
+			k, sp, _ := key(i, j)
 			cmd = append(cmd, k)
+			if len(sp) == ArgsPerKey-1 && specIndex(specs, sp) == 0 {
+				specs = append(specs, sp)
+			}
 		}
 	}
 	cmd = append(cmd, n, len(specs))
