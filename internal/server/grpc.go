@@ -192,15 +192,17 @@ func (s *GRPC) CheckRateLimit(ctx context.Context, in *ratelimitv1.RateLimitRequ
 		return nil, grpcError(err)
 	}
 	if s.observe != nil {
-		s.observeDecision(ctx, d, start)
+		a.d = d
+		s.observeDecision(ctx, &a.d, start)
 	}
 	return a.fill(&d), nil
 }
 
-// observeDecision takes d by value: a pointer to the caller's d would
-// move it to the heap on every check, hooks or not.
-func (s *GRPC) observeDecision(ctx context.Context, d decide.Decision, start time.Time) {
-	s.observe(ctx, Event{Face: "grpc", Decision: &d, Elapsed: time.Since(start)})
+// observeDecision takes a decision that is already in the heap (the
+// answer's, the batch's scratch): the hook's Event points to it, so a
+// decision of the caller's stack would move to the heap on every check.
+func (s *GRPC) observeDecision(ctx context.Context, d *decide.Decision, start time.Time) {
+	s.observe(ctx, Event{Face: "grpc", Decision: d, Elapsed: time.Since(start)})
 }
 
 func (s *GRPC) observeErr(ctx context.Context, err error, start time.Time) {
@@ -255,16 +257,16 @@ func (s *GRPC) CheckRateLimitBatch(ctx context.Context, in *ratelimitv1.BatchRat
 			s.undo(ctx, reqs[:i], decided[:i])
 			return nil, grpcError(fmt.Errorf("requests[%d]: %w", i, err))
 		}
+		decided[i] = d
 		if s.observe != nil {
-			s.observeDecision(ctx, d, start)
+			s.observeDecision(ctx, &decided[i], start)
 		}
 		m := &msgs[i]
 		fillResponse(m, &d)
 		m.Statuses = wire.add(d.Statuses, n-i)
 		m.ShadowViolations = wire.add(d.Shadow, n-i)
 		out.Responses[i] = m
-		d.Statuses = nil
-		decided[i] = d
+		decided[i].Statuses = nil // undo reads the rest; sc.statuses is reused
 	}
 	return out, nil
 }
@@ -401,6 +403,7 @@ type wireAnswer struct {
 	wireOne
 	statuses [2]decide.Status
 	req      decide.Request
+	d        decide.Decision // what the Observe hook is shown
 }
 
 // fill builds the answer of d in a, and returns it.
