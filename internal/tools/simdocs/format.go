@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 )
 
 // table is a Markdown table.
@@ -71,22 +74,9 @@ func num(x float64, decimals int) string {
 // pct is a fraction as a percentage with one decimal.
 func pct(x float64) string { return num(100*x, 1) }
 
-// count prints n with thousands separators.
+// count prints n with thousands separators (and the doc's minus sign).
 func count[T int | int64](n T) string {
-	s := strconv.FormatInt(int64(n), 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "−" + b.String()
-	}
-	return b.String()
+	return strings.Replace(message.NewPrinter(language.English).Sprintf("%d", n), "-", "−", 1)
 }
 
 // spread is "mean (min-max)" of xs, one decimal.

@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 )
 
 // Row is one level of the sweep: what the generator and the Redis and
@@ -176,22 +179,7 @@ func float(v float64, prec int) string {
 }
 
 // group renders n with thousands separators: 12,345.
-func group(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
+func group(n int64) string { return message.NewPrinter(language.English).Sprintf("%d", n) }
 
 // MaxConcurrency bounds one level: a closed loop's workers are goroutines
 // and requests in flight on two cores.
