@@ -1,8 +1,9 @@
 // Package server turns wire requests into checks and decisions into wire
 // answers, on every face a node serves: the gRPC RateLimiterService of the
 // seed's contract (grpc.go), its HTTP face with problem+json errors
-// (http.go), Envoy's RLS (envoy.go), and the one gRPC codec that decodes
-// requests and encodes answers without reflection and answers a message
+// (http.go), Envoy's RLS (envoy.go), the one mapping of a decision to its
+// answer, written straight into wire bytes (answer.go), and the one gRPC
+// codec that decodes requests without reflection and answers a message
 // that is not protobuf as INVALID_ARGUMENT (wirecodec.go, codec.go).
 //
 // It owns the wire formats of those faces and the one mapping of errors to
@@ -22,6 +23,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -86,12 +88,25 @@ func NewGRPC(c Checker, opts ...GRPCOptions) *GRPC {
 	}
 	s.check = newHotMethod(s, ratelimitv1.RateLimiterService_CheckRateLimit_FullMethodName,
 		func(ctx context.Context, in *ratelimitv1.RateLimitRequest) (any, error) {
-			return s.CheckRateLimit(ctx, in)
+			a, err := s.decideOne(ctx, in)
+			if err != nil {
+				return nil, err
+			}
+			a.sb = appendResponse(a.room[:0], &a.d)
+			return &a.encoded, nil
 		},
 		(*ratelimitv1.RateLimitRequest).Reset)
 	s.batch = newHotMethod(s, ratelimitv1.RateLimiterService_CheckRateLimitBatch_FullMethodName,
 		func(ctx context.Context, in *ratelimitv1.BatchRateLimitRequest) (any, error) {
-			return s.CheckRateLimitBatch(ctx, in)
+			pool := mem.DefaultBufferPool()
+			buf := pool.Get(len(in.GetRequests()) * batchAnswerBytes)
+			b, err := s.appendBatch(ctx, (*buf)[:0], in)
+			if err != nil {
+				pool.Put(buf)
+				return nil, err
+			}
+			*buf = b
+			return &encoded{slice: [1]mem.Buffer{mem.NewBuffer(buf, pool)}}, nil
 		},
 		resetBatch)
 	return s
@@ -172,14 +187,24 @@ func resetBatch(in *ratelimitv1.BatchRateLimitRequest) {
 	in.Requests = room
 }
 
-// CheckRateLimit decides one request.
+// CheckRateLimit decides one request. (A node's gRPC service answers in
+// wire form, Register; this is the answer as a message, for a caller in
+// process.)
 func (s *GRPC) CheckRateLimit(ctx context.Context, in *ratelimitv1.RateLimitRequest) (*ratelimitv1.RateLimitResponse, error) {
+	a, err := s.decideOne(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	return response(&a.d), nil
+}
+
+// decideOne validates and decides one request, in one allocation that then
+// holds its answer's bytes too.
+func (s *GRPC) decideOne(ctx context.Context, in *ratelimitv1.RateLimitRequest) (*wireAnswer, error) {
 	var start time.Time
 	if s.observe != nil {
 		start = time.Now()
 	}
-	// One allocation holds the request, the decision's statuses and the
-	// answer (the request escapes through the Checker interface).
 	a := new(wireAnswer)
 	a.req = request(in)
 	if err := decide.Validate(&a.req); err != nil {
@@ -191,11 +216,22 @@ func (s *GRPC) CheckRateLimit(ctx context.Context, in *ratelimitv1.RateLimitRequ
 		s.observeErr(ctx, err, start)
 		return nil, grpcError(err)
 	}
+	a.d = d
 	if s.observe != nil {
-		a.d = d
 		s.observeDecision(ctx, &a.d, start)
 	}
-	return a.fill(&d), nil
+	return a, nil
+}
+
+// wireAnswer is one gRPC check: its request (it escapes through the
+// Checker interface), the decision's statuses, the decision, and its
+// answer's bytes, which fit in room unless its strings are long.
+type wireAnswer struct {
+	encoded
+	statuses [2]decide.Status
+	req      decide.Request
+	d        decide.Decision
+	room     [160]byte
 }
 
 // observeDecision takes a decision that is already in the heap (the
@@ -221,12 +257,31 @@ type Undoer interface {
 // after the caller's context ended, so they need their own deadline.
 const undoTimeout = 250 * time.Millisecond
 
-// CheckRateLimitBatch validates every check first, so a bad one fails the
-// call before anything is counted, then decides each in order. If a check
-// fails midway (the call's deadline passed, or it was cancelled), the
-// call answers only the error, so the checks already decided are given
-// back (Undoer): a failed batch counts nothing, as a bad one does.
+// CheckRateLimitBatch is appendBatch's answer as a message, for a caller
+// in process (a node's gRPC service answers in wire form, Register).
 func (s *GRPC) CheckRateLimitBatch(ctx context.Context, in *ratelimitv1.BatchRateLimitRequest) (*ratelimitv1.BatchRateLimitResponse, error) {
+	b, err := s.appendBatch(ctx, nil, in)
+	if err != nil {
+		return nil, err
+	}
+	out := &ratelimitv1.BatchRateLimitResponse{}
+	if err := out.UnmarshalVTUnsafe(b); err != nil {
+		return nil, status.Errorf(codes.Internal, "decode the batch's own answer: %v", err)
+	}
+	return out, nil
+}
+
+// batchAnswerBytes is room for one answer of a batch with one status,
+// to size the buffer a batch's answers are written into.
+const batchAnswerBytes = 96
+
+// appendBatch validates every check first, so a bad one fails the call
+// before anything is counted, then decides each in order and appends its
+// answer (a BatchRateLimitResponse's field 1) to b. If a check fails
+// midway (the call's deadline passed, or it was cancelled), the call
+// answers only the error, so the checks already decided are given back
+// (Undoer): a failed batch counts nothing, as a bad one does.
+func (s *GRPC) appendBatch(ctx context.Context, b []byte, in *ratelimitv1.BatchRateLimitRequest) ([]byte, error) {
 	n := len(in.GetRequests())
 	if n > MaxBatch {
 		return nil, status.Errorf(codes.InvalidArgument, "requests: %d checks exceed the maximum of %d per call", n, MaxBatch)
@@ -241,11 +296,6 @@ func (s *GRPC) CheckRateLimitBatch(ctx context.Context, in *ratelimitv1.BatchRat
 			return nil, status.Errorf(codes.InvalidArgument, "requests[%d].%v", i, err)
 		}
 	}
-	msgs := make([]ratelimitv1.RateLimitResponse, n)
-	out := &ratelimitv1.BatchRateLimitResponse{Responses: make([]*ratelimitv1.RateLimitResponse, n)}
-	// Every check builds its statuses in sc.statuses (Checker) and they
-	// go to the wire at once, into the arrays of wire.
-	var wire wireStatuses
 	for i := range reqs {
 		var start time.Time
 		if s.observe != nil {
@@ -261,14 +311,12 @@ func (s *GRPC) CheckRateLimitBatch(ctx context.Context, in *ratelimitv1.BatchRat
 		if s.observe != nil {
 			s.observeDecision(ctx, &decided[i], start)
 		}
-		m := &msgs[i]
-		fillResponse(m, &d)
-		m.Statuses = wire.add(d.Statuses, n-i)
-		m.ShadowViolations = wire.add(d.Shadow, n-i)
-		out.Responses[i] = m
+		var at int
+		b, at = openMessage(b, 1)
+		b = closeMessage(appendResponse(b, &d), at)
 		decided[i].Statuses = nil // undo reads the rest; sc.statuses is reused
 	}
-	return out, nil
+	return b, nil
 }
 
 // batchScratch is what a batch works in and does not answer with: the
@@ -309,36 +357,6 @@ func (s *GRPC) release(sc *batchScratch) {
 // than most checks have limits (a check with more gets an array of its
 // own).
 const batchStatusRoom = 8
-
-// wireStatuses hands out a batch's wire statuses from arrays, a few
-// allocations per batch instead of two per status.
-type wireStatuses struct {
-	sts  []ratelimitv1.LimitStatus
-	ptrs []*ratelimitv1.LimitStatus
-}
-
-// add converts in and returns its wire statuses (nil if none); left is
-// the checks still to come, counting this one, to size a new array by.
-func (w *wireStatuses) add(in []decide.Status, left int) []*ratelimitv1.LimitStatus {
-	if len(in) == 0 {
-		return nil
-	}
-	if len(w.sts) < len(in) {
-		size := max(len(in)*left, batchStatusRoom)
-		w.sts = make([]ratelimitv1.LimitStatus, size)
-		w.ptrs = make([]*ratelimitv1.LimitStatus, size)
-		for i := range w.ptrs {
-			w.ptrs[i] = &w.sts[i]
-		}
-	}
-	for i := range in {
-		fillStatus(&w.sts[i], &in[i])
-	}
-	// Capped, so an append by a later user cannot reach a neighbour's.
-	p := w.ptrs[:len(in):len(in)]
-	w.sts, w.ptrs = w.sts[len(in):], w.ptrs[len(in):]
-	return p
-}
 
 // undo gives back the decisions of a batch that will not be answered.
 func (s *GRPC) undo(ctx context.Context, reqs []decide.Request, decided []decide.Decision) {
@@ -381,84 +399,6 @@ func grpcError(err error) error {
 		return status.Error(codes.Unavailable, "allot: node overloaded, request shed: "+err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
-}
-
-// response is the wire answer of d. Its message and a status live in one
-// allocation when d has at most one status (the common leased answer).
-func response(d *decide.Decision) *ratelimitv1.RateLimitResponse {
-	return new(wireOne).fill(d)
-}
-
-// wireOne is one check's wire answer with room for its status.
-type wireOne struct {
-	resp ratelimitv1.RateLimitResponse
-	st   ratelimitv1.LimitStatus
-	ptr  [1]*ratelimitv1.LimitStatus
-}
-
-// wireAnswer is a wireOne with room for the request and the decision's
-// statuses before (decide.Decider.CheckAppend): a single gRPC check's
-// request, statuses and answer are one allocation.
-type wireAnswer struct {
-	wireOne
-	statuses [2]decide.Status
-	req      decide.Request
-	d        decide.Decision // what the Observe hook is shown
-}
-
-// fill builds the answer of d in a, and returns it.
-func (a *wireOne) fill(d *decide.Decision) *ratelimitv1.RateLimitResponse {
-	if len(d.Statuses)+len(d.Shadow) > 1 {
-		return responseSlow(d)
-	}
-	fillResponse(&a.resp, d)
-	for _, in := range [...][]decide.Status{d.Statuses, d.Shadow} {
-		if len(in) == 1 {
-			fillStatus(&a.st, &in[0])
-			a.ptr[0] = &a.st
-		}
-	}
-	switch {
-	case len(d.Statuses) == 1:
-		a.resp.Statuses = a.ptr[:]
-	case len(d.Shadow) == 1:
-		a.resp.ShadowViolations = a.ptr[:]
-	}
-	return &a.resp
-}
-
-// responseSlow is the wire answer of a decision with more than one
-// status.
-func responseSlow(d *decide.Decision) *ratelimitv1.RateLimitResponse {
-	out := &ratelimitv1.RateLimitResponse{}
-	fillResponse(out, d)
-	var wire wireStatuses
-	out.Statuses = wire.add(d.Statuses, 1)
-	out.ShadowViolations = wire.add(d.Shadow, 1)
-	return out
-}
-
-func fillResponse(out *ratelimitv1.RateLimitResponse, d *decide.Decision) {
-	out.Decision = ratelimitv1.RateLimitResponse_Decision(d.Outcome)
-	out.Limit = d.Limit
-	out.Remaining = d.Remaining
-	out.ResetAfterSeconds = decide.Seconds(d.ResetAfter)
-	out.ViolationReason = d.Reason
-	out.RetryAfterMs = ceilMillis(d.RetryAfter)
-	out.PolicyId = d.PolicyID
-	out.Degraded = d.Degraded
-}
-
-func fillStatus(out *ratelimitv1.LimitStatus, st *decide.Status) {
-	out.PolicyId = st.PolicyID
-	out.LimitName = st.LimitName
-	out.Limit = st.Limit
-	out.Remaining = st.Remaining
-	out.ResetAfterSeconds = decide.Seconds(max(st.ResetAfter, st.RetryAfter))
-	out.WindowSeconds = decide.Seconds(st.Window)
-	out.Quota = st.Quota
-	out.Violated = st.Violated
-	out.Exact = st.Exact
 }
 
 // ceilMillis rounds up, so a throttled caller is never told to retry at once.

@@ -61,6 +61,8 @@ type vtMessage interface {
 func (c *wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 	var m vtMessage
 	switch x := v.(type) {
+	case *encoded:
+		return x.wire(), nil
 	case *ratelimitv1.RateLimitRequest:
 		m = x
 	case *ratelimitv1.RateLimitResponse:
