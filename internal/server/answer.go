@@ -92,12 +92,29 @@ func appendBool(b []byte, num protowire.Number, v bool) []byte {
 }
 
 // response is d's answer as a message, for the faces that render it
-// other than as protobuf.
+// other than as protobuf: its bytes decoded, in one allocation when it
+// has at most one status (the common answer).
 func response(d *decide.Decision) *ratelimitv1.RateLimitResponse {
-	out := &ratelimitv1.RateLimitResponse{}
+	a := new(decodedAnswer)
+	a.ptr[0] = &a.st
+	// The decoder fills the spare room of Statuses (vtprotobuf's pool
+	// option) before it allocates.
+	a.resp.Statuses = a.ptr[:0]
 	// The bytes are well formed: they were just encoded.
-	_ = out.UnmarshalVTUnsafe(appendResponse(nil, d))
-	return out
+	_ = a.resp.UnmarshalVTUnsafe(appendResponse(a.room[:0], d))
+	if len(a.resp.Statuses) == 0 {
+		a.resp.Statuses = nil
+	}
+	return &a.resp
+}
+
+// decodedAnswer is a decoded answer with room for one status and for its
+// bytes, which its strings point into.
+type decodedAnswer struct {
+	resp ratelimitv1.RateLimitResponse
+	st   ratelimitv1.LimitStatus
+	ptr  [1]*ratelimitv1.LimitStatus
+	room [160]byte
 }
 
 // encoded is an answer already in wire form, as the hot method handlers
