@@ -114,7 +114,9 @@ func NewGRPC(c Checker, opts ...GRPCOptions) *GRPC {
 
 // Register registers s on r as the RateLimiterService, as
 // ratelimitv1.RegisterRateLimiterServiceServer does, but with the two hot
-// methods served by hotMethod handlers.
+// methods served by hotMethod handlers, which answer in wire form: r must
+// be a server built with MalformedIsInvalid's options, whose codec sends
+// those bytes.
 func (s *GRPC) Register(r grpc.ServiceRegistrar) {
 	desc := ratelimitv1.RateLimiterService_ServiceDesc
 	desc.Methods = slices.Clone(desc.Methods)
