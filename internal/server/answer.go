@@ -114,8 +114,14 @@ type decodedAnswer struct {
 	resp ratelimitv1.RateLimitResponse
 	st   ratelimitv1.LimitStatus
 	ptr  [1]*ratelimitv1.LimitStatus
-	room [160]byte
+	room [wireRoom]byte
 }
+
+// wireRoom is room for a check's message in wire form, request or answer
+// with one status, unless its strings are long: the encodings that live
+// inside another allocation (smallWire, wireAnswer, decodedAnswer) have
+// that much.
+const wireRoom = 160
 
 // encoded is an answer already in wire form, as the hot method handlers
 // return it: the wire codec sends its bytes as they are (Marshal), with

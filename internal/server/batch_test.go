@@ -22,6 +22,14 @@ import (
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 )
 
+// memDecider is a decider of the policy file text on an in-process store.
+func memDecider(t *testing.T, policies string) *decide.Decider {
+	t.Helper()
+	set, err := policy.Load("t", []byte(policies))
+	require.NoError(t, err)
+	return decide.New(decide.Config{Store: memstore.New(nil), Policies: set})
+}
+
 // deadlineAt is a decider whose context "expires" at the n-th check: the
 // deadline of a batch passing midway.
 type deadlineAt struct {
@@ -42,19 +50,17 @@ func (c *deadlineAt) CheckAppend(ctx context.Context, r *decide.Request, buf []d
 // checks it had decided are given back: it counts nothing. Before, the
 // first checks stayed counted.
 func TestBatchFailedMidwayCountsNothing(t *testing.T) {
-	set, err := policy.Load("t", []byte(`
+	d := memDecider(t, `
 policies:
   - {id: t, per: [tenant], limits: [{name: s, algorithm: token_bucket, limit: 10, period: 1h}]}
   - {id: w, per: [client], limits: [{name: s, algorithm: fixed_window, limit: 10, period: 1h}]}
-`))
-	require.NoError(t, err)
-	d := decide.New(decide.Config{Store: memstore.New(nil), Policies: set})
+`)
 	s := server.NewGRPC(&deadlineAt{Decider: d, n: 4})
 	var reqs []*ratelimitv1.RateLimitRequest
 	for range 5 {
 		reqs = append(reqs, &ratelimitv1.RateLimitRequest{TenantId: "a", ClientIdentifier: "c"})
 	}
-	_, err = s.CheckRateLimitBatch(context.Background(), &ratelimitv1.BatchRateLimitRequest{Requests: reqs})
+	_, err := s.CheckRateLimitBatch(context.Background(), &ratelimitv1.BatchRateLimitRequest{Requests: reqs})
 	require.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
 
 	r := decide.Request{Tenant: "a", Client: "c"}
@@ -72,14 +78,11 @@ policies:
 // goroutines at once, each answer as a batch of its own on a fresh
 // service.
 func TestBatchesShareNothing(t *testing.T) {
-	set, err := policy.Load("t", []byte(`
+	s := server.NewGRPC(memDecider(t, `
 policies:
   - {id: t, per: [tenant], limits: [{name: s, algorithm: token_bucket, limit: 1000000, period: 1h}]}
   - {id: c, per: [client], limits: [{name: s, algorithm: fixed_window, limit: 1000000, period: 1h}]}
 `))
-	require.NoError(t, err)
-	d := decide.New(decide.Config{Store: memstore.New(nil), Policies: set})
-	s := server.NewGRPC(d)
 	batch := func(n int, client string) *ratelimitv1.BatchRateLimitRequest {
 		in := &ratelimitv1.BatchRateLimitRequest{}
 		for i := range n {
@@ -127,17 +130,16 @@ policies:
 // "route" for route /r and "client" for client c.
 func serveReuse(t *testing.T) (*grpc.ClientConn, ratelimitv1.RateLimiterServiceClient) {
 	t.Helper()
-	set, err := policy.Load("t", []byte(`
+	d := memDecider(t, `
 policies:
   - {id: t, per: [tenant], limits: [{name: s, algorithm: token_bucket, limit: 1000000, period: 1h}]}
   - {id: route, match: {route: /r}, per: [tenant], limits: [{name: s, algorithm: token_bucket, limit: 1000000, period: 1h}]}
   - {id: client, match: {client: c}, per: [client], limits: [{name: s, algorithm: token_bucket, limit: 1000000, period: 1h}]}
-`))
-	require.NoError(t, err)
+`)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := grpc.NewServer(server.MalformedIsInvalid()...)
-	server.NewGRPC(decide.New(decide.Config{Store: memstore.New(nil), Policies: set})).Register(srv)
+	server.NewGRPC(d).Register(srv)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

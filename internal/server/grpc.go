@@ -86,28 +86,9 @@ func NewGRPC(c Checker, opts ...GRPCOptions) *GRPC {
 	if len(opts) > 0 {
 		s.observe = opts[0].Observe
 	}
-	s.check = newHotMethod(s, ratelimitv1.RateLimiterService_CheckRateLimit_FullMethodName,
-		func(ctx context.Context, in *ratelimitv1.RateLimitRequest) (any, error) {
-			a, err := s.decideOne(ctx, in)
-			if err != nil {
-				return nil, err
-			}
-			a.sb = appendResponse(a.room[:0], &a.d)
-			return &a.encoded, nil
-		},
+	s.check = newHotMethod(s, ratelimitv1.RateLimiterService_CheckRateLimit_FullMethodName, s.answerCheck,
 		(*ratelimitv1.RateLimitRequest).Reset)
-	s.batch = newHotMethod(s, ratelimitv1.RateLimiterService_CheckRateLimitBatch_FullMethodName,
-		func(ctx context.Context, in *ratelimitv1.BatchRateLimitRequest) (any, error) {
-			pool := mem.DefaultBufferPool()
-			buf := pool.Get(len(in.GetRequests()) * batchAnswerBytes)
-			b, err := s.appendBatch(ctx, (*buf)[:0], in)
-			if err != nil {
-				pool.Put(buf)
-				return nil, err
-			}
-			*buf = b
-			return &encoded{slice: [1]mem.Buffer{mem.NewBuffer(buf, pool)}}, nil
-		},
+	s.batch = newHotMethod(s, ratelimitv1.RateLimiterService_CheckRateLimitBatch_FullMethodName, s.answerBatch,
 		resetBatch)
 	return s
 }
@@ -200,6 +181,17 @@ func (s *GRPC) CheckRateLimit(ctx context.Context, in *ratelimitv1.RateLimitRequ
 	return response(&a.d), nil
 }
 
+// answerCheck is a node's CheckRateLimit (Register): the answer's bytes
+// written into the check's own allocation.
+func (s *GRPC) answerCheck(ctx context.Context, in *ratelimitv1.RateLimitRequest) (any, error) {
+	a, err := s.decideOne(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	a.sb = appendResponse(a.room[:0], &a.d)
+	return &a.encoded, nil
+}
+
 // decideOne validates and decides one request, in one allocation that then
 // holds its answer's bytes too.
 func (s *GRPC) decideOne(ctx context.Context, in *ratelimitv1.RateLimitRequest) (*wireAnswer, error) {
@@ -233,7 +225,7 @@ type wireAnswer struct {
 	statuses [2]decide.Status
 	req      decide.Request
 	d        decide.Decision
-	room     [160]byte
+	room     [wireRoom]byte
 }
 
 // observeDecision takes a decision that is already in the heap (the
@@ -271,6 +263,21 @@ func (s *GRPC) CheckRateLimitBatch(ctx context.Context, in *ratelimitv1.BatchRat
 		return nil, status.Errorf(codes.Internal, "decode the batch's own answer: %v", err)
 	}
 	return out, nil
+}
+
+// answerBatch is a node's CheckRateLimitBatch (Register): the answers'
+// bytes written into a buffer of the transport's pool, which frees it
+// once sent.
+func (s *GRPC) answerBatch(ctx context.Context, in *ratelimitv1.BatchRateLimitRequest) (any, error) {
+	pool := mem.DefaultBufferPool()
+	buf := pool.Get(len(in.GetRequests()) * batchAnswerBytes)
+	b, err := s.appendBatch(ctx, (*buf)[:0], in)
+	if err != nil {
+		pool.Put(buf)
+		return nil, err
+	}
+	*buf = b
+	return &encoded{slice: [1]mem.Buffer{mem.NewBuffer(buf, pool)}}, nil
 }
 
 // batchAnswerBytes is room for one answer of a batch with one status,

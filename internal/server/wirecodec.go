@@ -80,15 +80,14 @@ func (c *wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if mem.IsBelowBufferPoolingThreshold(size) {
 		w := &smallWire{}
 		if size <= len(w.room) {
-			w.buf = w.room[:size:size]
+			w.sb = w.room[:size:size]
 		} else {
-			w.buf = make([]byte, size)
+			w.sb = make([]byte, size)
 		}
-		if _, err := m.MarshalToSizedBufferVT(w.buf); err != nil {
+		if _, err := m.MarshalToSizedBufferVT(w.sb); err != nil {
 			return nil, err
 		}
-		w.slice[0] = &w.buf // a pointer: boxing the slice would allocate
-		return w.slice[:], nil
+		return w.wire(), nil
 	}
 	pool := mem.DefaultBufferPool()
 	buf := pool.Get(size)
@@ -101,12 +100,11 @@ func (c *wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 
 // smallWire is a small message's encoding and the BufferSlice that
 // carries it, in one allocation where there were three (the bytes, the
-// boxed SliceBuffer and the slice's array): a single check's answer fits
-// in room.
+// boxed SliceBuffer and the slice's array): a check's request fits in
+// room.
 type smallWire struct {
-	buf   mem.SliceBuffer
-	slice [1]mem.Buffer
-	room  [128]byte
+	encoded
+	room [wireRoom]byte
 }
 
 func (c *wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
