@@ -1,11 +1,14 @@
 package region
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/allot-dev/allot/internal/testenv/redistest"
 )
 
 // A worker done with its pipeline sends the next one itself (kick with
@@ -39,4 +42,52 @@ func TestWorkerSendsTheNextPipelineItself(t *testing.T) {
 	sh.mu.Unlock()
 	assert.Equal(t, calls[4:], (<-sh.work).calls)
 	assert.Empty(t, sh.queue)
+}
+
+// A pipeline takes, when its worker sends it, the calls queued after it
+// was formed (up to MaxBatch): checks whose goroutines were already
+// runnable share its round trip instead of waiting for the next one.
+func TestPipelineTakesWhatQueuedBeforeItIsSent(t *testing.T) {
+	redistest.Require(t)
+	s, err := Open(context.Background(), []string{redistest.Server(t).Addr}, Options{MaxBatch: 4})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	_, err = s.Take(context.Background(), testGroup) // loads the script
+	require.NoError(t, err)
+	st0 := s.Stats()
+
+	sh := s.shard(s.addr, nil)
+	reqs := make([]*request, 6)
+	for i := range reqs {
+		r := newRequest(checkScript(testGroup...), 1)
+		r.calls[0].group = testGroup[0]
+		r.pending.Store(1)
+		r.done = make(chan struct{}, 1)
+		reqs[i] = r
+	}
+	p := &pipe{calls: []*call{&reqs[0].calls[0]}}
+	sh.mu.Lock()
+	sh.inflight = append(sh.inflight, p)
+	for _, r := range reqs[1:] {
+		sh.queue = append(sh.queue, &r.calls[0])
+	}
+	sh.mu.Unlock()
+
+	var b sendBuffers
+	next := sh.send(p, &b)
+	require.NotNil(t, next, "the two calls beyond MaxBatch go next")
+	require.Len(t, p.calls, 4, "p took queued calls up to MaxBatch")
+	for _, r := range reqs[:4] {
+		<-r.done
+		assert.NoError(t, r.replies[0].err)
+	}
+	st := s.Stats()
+	assert.Equal(t, int64(1), st.Pipelines-st0.Pipelines, "one round trip for the four")
+	assert.Equal(t, int64(4), st.Calls-st0.Calls)
+
+	sh.send(next, &b)
+	for _, r := range reqs[4:] {
+		<-r.done
+		assert.NoError(t, r.replies[0].err)
+	}
 }

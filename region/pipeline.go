@@ -7,6 +7,7 @@ package region
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -117,19 +118,11 @@ func (sh *shard) submit(ctx context.Context, calls []*call) {
 // goroutine: one goroutine wake-up fewer per round trip under load.
 func (sh *shard) kick(now time.Time, self bool) (mine *pipe) {
 	for len(sh.queue) > 0 && len(sh.inflight) < sh.s.opts.Pipelines {
-		n := min(len(sh.queue), sh.s.opts.MaxBatch)
 		p := &pipe{}
-		if n == 1 {
-			p.calls = p.one[:]
-		} else {
-			p.calls = make([]*call, n)
+		if len(sh.queue) == 1 {
+			p.calls = p.one[:0]
 		}
-		copy(p.calls, sh.queue)
-		// The rest moves to the front, so the queue keeps its array for
-		// the next submits instead of growing a new one each round trip.
-		rest := copy(sh.queue, sh.queue[n:])
-		clear(sh.queue[rest:])
-		sh.queue = sh.queue[:rest]
+		p.calls = sh.dequeue(p.calls)
 		sh.inflight = append(sh.inflight, p)
 		if self && mine == nil {
 			mine = p
@@ -143,6 +136,22 @@ func (sh *shard) kick(now time.Time, self bool) (mine *pipe) {
 		}
 	}
 	return mine
+}
+
+// dequeue appends to calls the oldest queued calls, up to
+// Options.MaxBatch in all. Called with mu held.
+func (sh *shard) dequeue(calls []*call) []*call {
+	n := min(len(sh.queue), sh.s.opts.MaxBatch-len(calls))
+	if n <= 0 {
+		return calls
+	}
+	calls = append(calls, sh.queue[:n]...)
+	// The rest moves to the front, so the queue keeps its array for the
+	// next submits instead of growing a new one each round trip.
+	rest := copy(sh.queue, sh.queue[n:])
+	clear(sh.queue[rest:])
+	sh.queue = sh.queue[:rest]
+	return calls
 }
 
 // worker sends p, then waits for the next pipeline of the shard until the
@@ -174,6 +183,20 @@ func (sh *shard) worker(p *pipe) {
 // goroutine to send, if calls queued meanwhile (nil if none).
 func (sh *shard) send(p *pipe, b *sendBuffers) *pipe {
 	s := sh.s
+	if len(p.calls) < s.opts.MaxBatch {
+		// Calls whose goroutines are already runnable (the checks of
+		// requests read in one go) join p rather than wait for the next
+		// round trip: one yield, then p takes what they queued. Without
+		// it, the first of them goes alone and the rest follow in a
+		// second pipeline (docs/performance.md, "Pipeline sizes"). An
+		// idle node has nothing runnable, and sends at once.
+		runtime.Gosched()
+		sh.mu.Lock()
+		if !p.abandoned {
+			p.calls = sh.dequeue(p.calls)
+		}
+		sh.mu.Unlock()
+	}
 	b.ctx.deadline = time.Now().Add(s.opts.MaxWait)
 	ctx := &b.ctx // a pointer: boxing a copy into context.Context would allocate
 	wire := s.wireCalls(p.calls, b.wire[:0])
