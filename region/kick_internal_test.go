@@ -56,7 +56,7 @@ func TestPipelineTakesWhatQueuedBeforeItIsSent(t *testing.T) {
 	require.NoError(t, err)
 	st0 := s.Stats()
 
-	sh := s.shard(s.addr, nil)
+	sh := s.single
 	reqs := make([]*request, 6)
 	for i := range reqs {
 		r := newRequest(checkScript(testGroup...), 1)

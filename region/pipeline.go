@@ -345,11 +345,10 @@ const unknownShard = "cluster (unknown master)"
 // cluster the master of key's slot, from the client's cached slot map
 // (refreshed by go-redis on MOVED and periodically, and by reloadState).
 func (s *Store) shardOf(ctx context.Context, key string) *shard {
-	cc, ok := s.client.(*redis.ClusterClient)
-	if !ok {
-		return s.shard(s.addr, nil)
+	if s.single != nil {
+		return s.single
 	}
-	c, err := cc.MasterForKey(ctx, key)
+	c, err := s.client.(*redis.ClusterClient).MasterForKey(ctx, key)
 	if err != nil {
 		return s.shard(unknownShard, nil)
 	}

@@ -42,12 +42,12 @@ import (
 type Store struct {
 	client  redis.UniversalClient
 	cluster bool
-	addr    string // the single server's address (its shard's name)
 	opts    Options
 	conns   *conns
 
 	mu     sync.RWMutex
 	shards map[string]*shard
+	single *shard // the single server's (nil for a cluster): every call's, found without the lock
 
 	wg     sync.WaitGroup // pipeline workers and probes
 	done   chan struct{}  // closed by Close: workers exit
@@ -58,8 +58,8 @@ type Store struct {
 	stats  struct{ pipelines, calls, stalls, shed atomic.Int64 }
 }
 
-func newStore(c redis.UniversalClient, cluster bool, addr string, opts Options, cs *conns) *Store {
-	return &Store{client: c, cluster: cluster, addr: addr, opts: opts, conns: cs, shards: map[string]*shard{}, done: make(chan struct{})}
+func newStore(c redis.UniversalClient, cluster bool, opts Options, cs *conns) *Store {
+	return &Store{client: c, cluster: cluster, opts: opts, conns: cs, shards: map[string]*shard{}, done: make(chan struct{})}
 }
 
 // Open connects to the region's Redis. One address is probed with
@@ -82,8 +82,8 @@ func Open(ctx context.Context, addrs []string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("region: open %s: %w", addrs[0], err)
 		}
 		if !enabled {
-			s := newStore(c, false, addrs[0], opts, cs)
-			s.shard(addrs[0], c) // reported by Shards from the start
+			s := newStore(c, false, opts, cs)
+			s.single = s.shard(addrs[0], c) // reported by Shards from the start
 			s.warm(ctx, c)
 			return s, nil
 		}
@@ -101,7 +101,7 @@ func Open(ctx context.Context, addrs []string, opts Options) (*Store, error) {
 		cc.Close()
 		return nil, fmt.Errorf("region: open cluster %s: %w", strings.Join(addrs, ","), err)
 	}
-	s := newStore(cc, true, "", opts, cs)
+	s := newStore(cc, true, opts, cs)
 	_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 		s.shard(c.Options().Addr, c) // reported by Shards from the start
 		s.warm(ctx, c)
