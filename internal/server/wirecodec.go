@@ -222,14 +222,26 @@ type wireCounts [2][16]int
 // the message fields it reads at depth (0 for the message itself) to n.
 func (sc *wireSchema) plain(b []byte, depth int, n *wireCounts) bool {
 	for len(b) > 0 {
-		num, typ, k := protowire.ConsumeTag(b)
+		// A byte below 0x80 is a whole varint: the tags of fields 1-15,
+		// short lengths and small values, most of a node's messages, read
+		// without protowire's general decoding. Field number 0 is never
+		// known, so the fast tag is refused where ConsumeTag refuses it.
+		num, typ, k := protowire.Number(b[0]>>3), protowire.Type(b[0]&7), 1
+		if b[0] >= 0x80 {
+			num, typ, k = protowire.ConsumeTag(b)
+		}
 		if k < 0 || int(num) >= len(sc.fields) || !sc.fields[num].known || sc.fields[num].typ != typ {
 			return false
 		}
 		b = b[k:]
 		f := &sc.fields[num]
 		if typ == protowire.BytesType {
-			v, k := protowire.ConsumeBytes(b)
+			var v []byte
+			if len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
+				v, k = b[1:1+b[0]], 1+int(b[0])
+			} else {
+				v, k = protowire.ConsumeBytes(b)
+			}
 			if k < 0 {
 				return false
 			}
@@ -244,7 +256,9 @@ func (sc *wireSchema) plain(b []byte, depth int, n *wireCounts) bool {
 			b = b[k:]
 			continue
 		}
-		if k = protowire.ConsumeFieldValue(num, typ, b); k < 0 {
+		if typ == protowire.VarintType && len(b) > 0 && b[0] < 0x80 {
+			k = 1
+		} else if k = protowire.ConsumeFieldValue(num, typ, b); k < 0 {
 			return false
 		}
 		b = b[k:]

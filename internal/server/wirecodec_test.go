@@ -76,7 +76,7 @@ func wireMessages(rng *rand.Rand) []proto.Message {
 	}
 }
 
-func marshal(t *testing.T, c encoding.CodecV2, m any) []byte {
+func marshal(t testing.TB, c encoding.CodecV2, m any) []byte {
 	t.Helper()
 	b, err := c.Marshal(m)
 	require.NoError(t, err)
@@ -186,4 +186,33 @@ func TestWireCodecBatchStatusesAreCapped(t *testing.T) {
 	got.Responses[0].Statuses = append(got.Responses[0].Statuses, &ratelimitv1.LimitStatus{Limit: 99})
 	assert.Equal(t, int64(1), got.Responses[1].Statuses[0].Limit)
 	assert.Len(t, got.Responses[1].Statuses, 1)
+}
+
+// Any bytes at all are accepted or refused by WireCodec as by the
+// default codec, and decode the same, for each of the node's messages:
+// its own reading of the wire (wirecodec.go, plain) must never differ
+// from protobuf-go's.
+func FuzzWireCodecAgreesWithProtobuf(f *testing.F) {
+	std, wire := encoding.GetCodecV2("proto"), server.WireCodec()
+	rng := rand.New(rand.NewPCG(7, 7))
+	for _, m := range wireMessages(rng) {
+		f.Add(marshal(f, std, m))
+	}
+	f.Add([]byte{0x08, 0x80})       // a varint cut short
+	f.Add([]byte{0x0a, 0x05, 0x61}) // a length past the end
+	f.Add([]byte{0x00, 0x01})       // field number 0
+	like := []proto.Message{
+		&ratelimitv1.RateLimitRequest{}, &ratelimitv1.RateLimitResponse{}, &ratelimitv1.LimitStatus{},
+		&ratelimitv1.BatchRateLimitRequest{}, &ratelimitv1.BatchRateLimitResponse{},
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, m := range like {
+			a, errA := unmarshal(std, b, m)
+			w, errW := unmarshal(wire, b, m)
+			require.Equal(t, errA == nil, errW == nil, "%T %x: %v / %v", m, b, errA, errW)
+			if errA == nil {
+				require.True(t, proto.Equal(a, w), "%T %x", m, b)
+			}
+		}
+	})
 }
