@@ -235,7 +235,7 @@ func (s *Store) wireCalls(calls []*call, wire []wireCall) []wireCall {
 	}
 	tb := -1 // the index in wire of the token-bucket checks' command
 	for i, c := range calls {
-		batch := c.script == lua.CheckTB && !s.cluster
+		batch := c.script == lua.CheckTB && s.single != nil
 		if batch && tb >= 0 {
 			w := &wire[tb]
 			if !w.shared() {

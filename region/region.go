@@ -40,14 +40,13 @@ import (
 // concurrent use. Calls are coalesced per shard (pipeline.go): concurrent
 // calls bound for one Redis master share round trips.
 type Store struct {
-	client  redis.UniversalClient
-	cluster bool
-	opts    Options
-	conns   *conns
+	client redis.UniversalClient
+	opts   Options
+	conns  *conns
 
 	mu     sync.RWMutex
 	shards map[string]*shard
-	single *shard // the single server's (nil for a cluster): every call's, found without the lock
+	single *shard // the single server's, every call's, found without the lock; nil: a cluster
 
 	wg     sync.WaitGroup // pipeline workers and probes
 	done   chan struct{}  // closed by Close: workers exit
@@ -58,8 +57,8 @@ type Store struct {
 	stats  struct{ pipelines, calls, stalls, shed atomic.Int64 }
 }
 
-func newStore(c redis.UniversalClient, cluster bool, opts Options, cs *conns) *Store {
-	return &Store{client: c, cluster: cluster, opts: opts, conns: cs, shards: map[string]*shard{}, done: make(chan struct{})}
+func newStore(c redis.UniversalClient, opts Options, cs *conns) *Store {
+	return &Store{client: c, opts: opts, conns: cs, shards: map[string]*shard{}, done: make(chan struct{})}
 }
 
 // Open connects to the region's Redis. One address is probed with
@@ -82,7 +81,7 @@ func Open(ctx context.Context, addrs []string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("region: open %s: %w", addrs[0], err)
 		}
 		if !enabled {
-			s := newStore(c, false, opts, cs)
+			s := newStore(c, opts, cs)
 			s.single = s.shard(addrs[0], c) // reported by Shards from the start
 			s.warm(ctx, c)
 			return s, nil
@@ -101,7 +100,7 @@ func Open(ctx context.Context, addrs []string, opts Options) (*Store, error) {
 		cc.Close()
 		return nil, fmt.Errorf("region: open cluster %s: %w", strings.Join(addrs, ","), err)
 	}
-	s := newStore(cc, true, opts, cs)
+	s := newStore(cc, opts, cs)
 	_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 		s.shard(c.Options().Addr, c) // reported by Shards from the start
 		s.warm(ctx, c)
@@ -213,7 +212,7 @@ func (s *Store) Client() redis.UniversalClient { return s.client }
 func (s *Store) Timeout() time.Duration { return s.opts.Timeout }
 
 // Cluster reports whether the store talks to a Redis Cluster.
-func (s *Store) Cluster() bool { return s.cluster }
+func (s *Store) Cluster() bool { return s.single == nil }
 
 // Close stops the shards' timers, closes all connections and waits for
 // the pipelines and probes in flight (they fail at once on the closed
