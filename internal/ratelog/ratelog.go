@@ -50,10 +50,14 @@ type state struct {
 	now   func() time.Time
 	mu    sync.Mutex
 	seen  map[key]*entry
+	swept time.Time // when a full seen was last cleared of idle entries
 }
 
-// maxKeys bounds the map: messages are constants in code, so this is only
-// reached if someone logs formatted messages; then the oldest are forgotten.
+// maxKeys bounds seen. Messages are constants in code, so it is reached
+// only if someone logs formatted messages: then entries idle for a whole
+// interval are forgotten (at most once an interval, so a full map costs
+// one scan per interval, not one per record), and a record that still
+// finds no room passes unlimited rather than grow the map.
 const maxKeys = 1024
 
 // admit reports whether a record may pass and how many were suppressed
@@ -64,14 +68,17 @@ func (s *state) admit(k key) (bool, int64) {
 	defer s.mu.Unlock()
 	e := s.seen[k]
 	if e == nil {
-		if len(s.seen) >= maxKeys {
+		if len(s.seen) >= maxKeys && t.Sub(s.swept) >= s.every {
+			s.swept = t
 			for old, oe := range s.seen {
 				if t.Sub(oe.last) >= s.every {
 					delete(s.seen, old)
 				}
 			}
 		}
-		s.seen[k] = &entry{last: t}
+		if len(s.seen) < maxKeys {
+			s.seen[k] = &entry{last: t}
+		}
 		return true, 0
 	}
 	if t.Sub(e.last) < s.every {

@@ -2,6 +2,7 @@ package ratelog_test
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -30,4 +31,32 @@ func TestOneLinePerIntervalWithTheSuppressedCount(t *testing.T) {
 	assert.NotContains(t, lines[0], "suppressed")
 	assert.Contains(t, lines[1], "other line")
 	assert.Contains(t, lines[2], "suppressed=99")
+}
+
+// Formatted messages (a key each) never grow the limits past their bound:
+// one that finds no room passes unlimited, and room comes back once the
+// oldest have been idle for an interval.
+func TestDistinctMessagesAreBounded(t *testing.T) {
+	var buf bytes.Buffer
+	clk := fakeclock.New(time.Unix(0, 0))
+	log := ratelog.New(slog.New(slog.NewTextHandler(&buf, nil)), 10*time.Second, clk.Now)
+	const bound = 1024 // ratelog's maxKeys
+	for i := range 3 * bound {
+		log.Warn(fmt.Sprintf("shard %d down", i))
+	}
+	assert.Equal(t, 3*bound, strings.Count(buf.String(), "\n"), "every distinct message passes")
+	assert.Equal(t, bound, ratelog.Tracked(log), "the map stops at its bound")
+	// The untracked ones are not limited; the tracked ones are.
+	buf.Reset()
+	log.Warn(fmt.Sprintf("shard %d down", 2*bound))
+	log.Warn(fmt.Sprintf("shard %d down", 2*bound))
+	log.Warn("shard 0 down")
+	assert.Equal(t, 2, strings.Count(buf.String(), "\n"))
+	// An interval later the idle entries make room again.
+	clk.Advance(10 * time.Second)
+	buf.Reset()
+	log.Warn("a new line")
+	log.Warn("a new line")
+	assert.Equal(t, 1, strings.Count(buf.String(), "\n"))
+	assert.LessOrEqual(t, ratelog.Tracked(log), bound)
 }
