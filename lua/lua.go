@@ -1,9 +1,23 @@
 // Package lua holds Allot's Redis scripts, embedded at build time and
 // exposed as go-redis Scripts.
 //
-// Every script works on the keys of one subject (one hash slot), reads the
-// clock with redis.call('TIME') and is the twin of the maths in package
-// algorithm. See the header of each .lua file for its KEYS/ARGV contract.
+// A call of check.lua, refund.lua, lease.lua, return.lua or part.lua
+// works on the keys of one subject, which share a hash tag and so one
+// hash slot. A call of check_tb.lua in its batch layout carries the
+// groups of many subjects: package region sends that layout only to a
+// single server, and on a Redis Cluster each group goes alone. The
+// coordinator's scripts (coord.go) write one bucket's share or quota
+// count (share.lua, quota.lua), or hold the region's lock key
+// allot:coordinator:{region} (lock_hold.lua, lock_release.lua). Scripts
+// that keep time read Redis's clock (redis.call('TIME')), never the
+// caller's. The maths of check.lua, check_tb.lua and refund.lua is the
+// twin of package algorithm's (Decide, Refund); the lease, return, part,
+// share, quota and lock scripts have no twin there. See the header of
+// each .lua file for its KEYS/ARGV contract.
+//
+// It opens no connection and runs no script itself: package region and
+// package coord send them. What it computes in Go is the layout of
+// CheckTB's arguments and the split of its reply.
 package lua
 
 import (
@@ -14,8 +28,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Every script is common.lua followed by its own file: the helpers they
-// share (the Redis clock, integer division, TTLs, windows) are written once.
+// Every script but CheckTB is common.lua followed by its own file (with
+// params.lua between for Check and Refund): the helpers they share (the
+// Redis clock, integer division, TTLs, windows) are written once.
+// check_tb.lua stands alone, its helpers inlined for speed (its header
+// says why).
 //
 //go:embed common.lua
 var commonSrc string

@@ -36,15 +36,17 @@ const (
 	// it is shed (ErrOverloaded).
 	DefaultMaxWait = time.Second
 	// DefaultPipelines is how many pipelines may be in flight to one shard
-	// at once; calls beyond wait and go out together in the next one. One:
-	// a second pipeline in flight halves the calls each round trip
-	// carries, and on a busy node every round trip costs both processes
-	// system calls and Redis a script entry, so from 16 checks in flight
-	// up one pipeline answered as many checks per second or more, with a
-	// third fewer round trips (docs/performance.md, "Pipelines per
-	// shard"; below that a second is seldom in flight). A second hides a
-	// network round trip under load; an operator with a distant Redis may
-	// set 2.
+	// at once; calls beyond wait and go out together in the next one. (A
+	// pipeline not yet full also yields once before it is sent and takes
+	// the calls queued meanwhile: shard.send; ARCHITECTURE.md,
+	// "Coalescing".) One: a second pipeline in flight halves the calls
+	// each round trip carries, and on a busy node every round trip costs
+	// both processes system calls and Redis a script entry, so from 16
+	// checks in flight up one pipeline answered as many checks per second
+	// or more, with a third fewer round trips (docs/performance.md,
+	// "Pipelines per shard"; below that a second is seldom in flight). A
+	// second hides a network round trip under load; an operator with a
+	// distant Redis may set 2.
 	DefaultPipelines = 1
 	// DefaultMaxBatch is the most calls one pipeline carries.
 	DefaultMaxBatch = 128
@@ -94,7 +96,7 @@ type Options struct {
 	// NoWarmUp skips Open's warm-up of each shard (Store.warm): for a store
 	// that sends none of the decision scripts and has no busy start, as
 	// a coordinator's, the warm-up would only hold Pipelines connections
-	// and load five scripts it never runs.
+	// and load scripts it never runs (storeScripts).
 	NoWarmUp bool
 	// Dialer, when set, opens every connection (addr is the Redis node's
 	// own address, as the cluster announces it). A seam for tests that

@@ -60,14 +60,17 @@ type pipe struct {
 // from it. Calls are coalesced: while Options.Pipelines pipelines are in
 // flight, new calls queue and go out together in the next pipeline (at
 // most Options.MaxBatch calls), so a busy node sends fewer, larger round
-// trips, and an idle one sends each call at once.
+// trips, and an idle one sends each call at once. A pipeline not yet full
+// yields once (runtime.Gosched) before it is sent and takes the calls
+// queued meanwhile, so checks whose goroutines were already runnable
+// share its round trip (send; ARCHITECTURE.md, "Coalescing").
 type shard struct {
 	s    *Store
 	addr string
 	prog *progress // bytes received on this address's connections
 
 	mu       sync.Mutex
-	client   *redis.Client // for probes (nil: the store's client)
+	client   *redis.Client // for probes: the master's own (a single server's is the store's); nil only for unknownShard
 	brk      *breaker      // nil when breakers are disabled
 	queue    []*call
 	inflight []*pipe    // in send order
@@ -356,7 +359,9 @@ func (s *Store) shardOf(ctx context.Context, key string) *shard {
 }
 
 // shard returns the shard of addr, creating it on first use. client is
-// the master's own client (cluster), used for probes.
+// the master's own client, used for probes: a cluster master's, or the
+// single server's (the store's own); nil for unknownShard, probed
+// through the store's client.
 func (s *Store) shard(addr string, client *redis.Client) *shard {
 	s.mu.RLock()
 	sh := s.shards[addr]

@@ -14,10 +14,12 @@
 // algorithm Results and lease Replies.
 //
 // It must not: decide policy (which keys, limits or costs apply), keep
-// bucket state or clocks of its own (Redis TIME is the only clock), retry
-// a script whose reply was lost (it may have run, and a second take would
-// count twice), or decide what happens when Redis fails (fail open or
-// closed is the caller's call; every failure is returned as an error).
+// bucket state or a clock of bucket time (the scripts read Redis TIME; the
+// store reads time.Now only to judge its shards and connections: stalls,
+// breakers, MaxWait, a pooled connection's check), retry a script whose
+// reply was lost (it may have run, and a second take would count twice),
+// or decide what happens when Redis fails (fail open or closed is the
+// caller's call; every failure is returned as an error).
 package region
 
 import (
@@ -238,10 +240,14 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Take runs check.lua once per group, all groups in one pipelined round
-// trip (a cluster client splits it per node). Each group is taken
-// all-or-nothing; groups are independent of each other, so the caller
-// refunds the allowed groups (Refund) when another group denied.
+// Take makes one script call per group: of check_tb.lua (lua.CheckTB) when
+// every item of every group is a token bucket, else of check.lua
+// (checkScript). The store splits the calls by shard (run) and queues each
+// for its shard's next pipeline, with other callers' calls; on a single
+// server the token-bucket calls of one pipeline share one CheckTB command
+// (wireCalls). Each group is taken all-or-nothing; groups are independent
+// of each other, so the caller refunds the allowed groups (Refund) when
+// another group denied.
 //
 // An empty group is allowed without touching Redis. On error no Results
 // are returned, but groups other than the failing one may have been

@@ -134,7 +134,7 @@ func (sh *shard) probe() {
 	}
 	var client redis.Cmdable = s.client
 	if sh.client != nil {
-		client = sh.client // a cluster master's own
+		client = sh.client // the master's own (a single server's is the store's)
 	}
 	sh.mu.Unlock()
 	if !due {

@@ -3,8 +3,9 @@
 // per-key demand, exchanges reports with the other regions, computes the
 // region's share of each global limit with package rebalance and writes
 // it into the region's Redis buckets, where the scripts that spend them
-// read it (lease.lua, check.lua); and it exchanges the counts of global
-// quotas and writes the other regions' sum beside this region's.
+// read it (check.lua and check_tb.lua on the exact path, lease.lua,
+// part.lua); and it exchanges the counts of global quotas and writes the
+// other regions' sum beside this region's.
 //
 // The protocol is Machine (machine.go): a pure state machine that takes
 // time and messages as inputs (Tick, Step) and returns what to do (Ready,

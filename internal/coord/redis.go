@@ -38,9 +38,10 @@ type ShareUpdate struct {
 	TTL    time.Duration
 }
 
-// RedisWriter writes shares into the region's Redis hashes (the buckets
-// the lease script reads). Keys are hash-tagged, so a Cluster client
-// routes each to its slot.
+// RedisWriter writes shares into the region's Redis hashes, the buckets
+// whose scripts read them (check.lua, check_tb.lua, refund.lua,
+// lease.lua, part.lua). Keys are hash-tagged, so a Cluster client routes
+// each to its slot.
 type RedisWriter struct {
 	Client redis.UniversalClient
 }
