@@ -30,9 +30,10 @@
 // and never retries a lease call whose reply was lost (the grant is then
 // simply stranded). What a deterministic simulation needs is an option:
 // refill rounds on its event queue (Options.Executor, chosen once at New)
-// and a fixed hash (Options.FixedHash, the one option the take path
-// tests: a hash called through a function value would move every
-// caller's subject buffer to the heap).
+// and a fixed hash (Options.FixedHash, which the take path tests as a
+// flag at each Take rather than calling a hash chosen at New: a hash
+// called through a function value would move every caller's subject
+// buffer to the heap).
 package lease
 
 import (

@@ -2,11 +2,19 @@
 //
 // For each request it builds a check from the request's identity (headers
 // and client IP, see Identity), asks the node with a short timeout, and
-// then either answers 429 itself with problem details or calls the next
-// handler; either way the response carries the RateLimit header fields of
-// package ratelimitheaders. When the node cannot answer in time, the
-// request passes with X-RateLimit-Status: Bypass: a rate limiter outage
-// must not become an outage of the API it protects.
+// then does one of three things:
+//
+//   - On an answer, it answers 429 itself with problem details or calls
+//     the next handler; either way the response carries the header fields
+//     package ratelimitheaders writes for that answer.
+//   - When the node refuses the check as INVALID_ARGUMENT (an identity
+//     the caller sent, such as an oversized header), it answers 400 with
+//     problem details and no rate-limit fields: passing the request would
+//     let any caller bypass the limiter by sending a bad header.
+//   - When the node fails otherwise or cannot answer in time, the request
+//     passes with X-RateLimit-Status: Bypass as its only rate-limit field:
+//     a rate limiter outage must not become an outage of the API it
+//     protects.
 //
 // The node's reverse-proxy mode (--upstream) is this middleware in front
 // of an httputil.ReverseProxy, deciding in process.

@@ -1,8 +1,12 @@
 // Package problem writes RFC 9457 problem details (application/problem+json)
-// for Allot's HTTP answers: the 429 of a throttled check, and the 400 of a
-// bad one. The node's HTTP check, the middleware and the reverse proxy all
-// answer through it, so a throttled client reads the same document from
-// each. It does no other I/O and keeps no state.
+// for Allot's HTTP answers: the 429 of a throttled check (Throttled), the
+// 400 of a bad one (BadRequest), and any other failure by its status code
+// alone (Status: the node's HTTP face answers 405, 503 and 500 so). The
+// node's HTTP check, the middleware, the reverse proxy and Envoy's
+// raw_body (the body of Envoy's 429) all throttle through it, so a
+// throttled client reads the same document from each; the admin API's
+// errors extend its Details. It writes only the response it is handed,
+// and keeps no state.
 package problem
 
 import (

@@ -29,7 +29,14 @@
 //
 // The run stops after --duration or --max-requests, or on Ctrl-C, and
 // prints its report either way. Every flag can also be set as an
-// ALLOT_LOAD_ environment variable; the command line wins.
+// environment variable: --key-count is ALLOT_LOAD_KEY_COUNT, and a flag
+// of the sweep or ratio subcommand takes the prefix ALLOT_LOAD_SWEEP_ or
+// ALLOT_LOAD_RATIO_ instead. The command line wins.
+//
+// To a node it did not start it only sends checks and reads the answers:
+// it writes no policy or setting there. (The sweep and ratio write the
+// policy files of the nodes they start, and the sweep reads their
+// /metrics.)
 package main
 
 import (

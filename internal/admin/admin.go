@@ -8,7 +8,7 @@
 //	DELETE /v1/policies/{id}            delete (If-Match: checked)
 //	GET    /v1/policies/{id}/history    versions, newest first
 //	POST   /v1/policies:validate        dry run of one policy or a whole file (also /v1/validate)
-//	GET    /v1/settings, PUT /v1/settings   tenants, default_tier, costs
+//	GET    /v1/settings, PUT /v1/settings   the file's settings, all but its policies (policystore.Settings)
 //
 // Every write is validated as the whole set it would produce (the store's
 // current set with the change applied) before it is stored, so a write

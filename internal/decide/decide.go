@@ -3,13 +3,16 @@
 // apply, groups them by subject, takes the request's cost from the store
 // all-or-nothing (exact policies) or from the node's leases (leased ones),
 // applies on_store_failure when the store fails, and says why it allowed
-// or throttled.
+// or throttled. For a quota client (an RLQS stream) that decides its own
+// requests, Quota says instead which region buckets it spends, or which
+// blanket rule applies (quota.go).
 //
-// It owns the decision and the per-key counts of what the exact path
-// admitted and denied of global keys (demand.go), which the coordinator
-// drains. It must not keep bucket state (the store and the lease manager
-// do), know a wire format (package server does), or panic on any request
-// that passed Validate.
+// It owns the decision and the per-key counts of global keys' admitted
+// and denied tokens, by the exact path and by quota clients' reports
+// (QuotaUsage), which the coordinator drains (demand.go). It must not
+// keep bucket state (the store and the lease manager do), know a wire
+// format (package server does), or panic on any request that passed
+// Validate.
 package decide
 
 import (

@@ -1,7 +1,9 @@
 // Package fallback is the local store a node decides `on_store_failure:
 // local` policies from while the region's Redis is unavailable: every
 // limit is cut to limit / N, where N is the number of live nodes in the
-// region, so that the region as a whole still admits about the limit.
+// region, so that the region as a whole still admits about the limit. A
+// share too small for one request is raised to hold one (see "A share of
+// at least one request" below).
 //
 // It owns the in-process counters of the fallback and the scaling by N;
 // it must not decide when to fall back (package decide does) nor count N
@@ -13,12 +15,13 @@
 //
 // A bucket of rate r/N and capacity b/N taking cost c behaves exactly as a
 // bucket of rate r and capacity b taking cost c·N (divide every amount by
-// N). The store keeps the latter: the policy's own Spec, in memstore, with
-// every cost multiplied by the N of the moment. State is therefore kept as
-// a fraction of the node's share, and a change of N rescales every key at
-// once, keeping what it counted: a key that used a third of its share
-// still has used a third of its (new) share. That is the fair choice in
-// both directions:
+// N). The store keeps the latter: the policy's own Spec (raised only where
+// a share would hold less than one request), in memstore, with every cost
+// multiplied by the N of the moment. State is therefore kept as a fraction
+// of the node's share, and a change of N rescales every key at once,
+// keeping what it counted: a key that used a third of its share still has
+// used a third of its (new) share. That is the fair choice in both
+// directions:
 //
 //   - N falls (a node died): shares grow to limit / N', and a key keeps the
 //     fraction it used, so a survivor that spent its whole share in this
@@ -34,8 +37,20 @@
 // nodes crashed.
 //
 // Remaining and limits reported to callers are in requests: the units
-// divided by N, rounded down. There is no rounding of limits: a limit of 5
-// over N = 3 nodes admits 5/3 per period per node on average, not 1.
+// divided by N, rounded down. Limits are not rounded to whole requests: a
+// limit of 5 over N = 3 nodes admits 5/3 per period per node on average,
+// not 1.
+//
+// # A share of at least one request
+//
+// A capacity (the burst, or a window's limit) below cost·N would leave
+// each node a share smaller than one request of that cost, and every
+// such request would be denied on every node for as long as Redis is
+// down. So the capacity is raised to cost·N (atLeastOne): each node's
+// share holds one request of that cost, and the region may admit up to N
+// of them per period, more than the limit (ARCHITECTURE.md, "Failure
+// modes": "Local fallback: `limit / N`"). A cost above the capacity
+// itself is still never admitted.
 package fallback
 
 import (

@@ -4,11 +4,11 @@
 // unavailable.
 //
 // It owns the gossip listener and the count N; it must not decide
-// anything (package decide uses N) and must never report fewer nodes than
-// the configured floor: a node that is alone cannot tell "the others died"
-// from "I am cut off from them", and assuming N = 1 would hand every node
-// the whole limit (the Sentinel pitfall: a fallback that multiplies the
-// limit by the real N).
+// anything (package fallback divides by N, through fallback.Sizer) and
+// must never report fewer nodes than the configured floor: a node that
+// is alone cannot tell "the others died" from "I am cut off from them",
+// and assuming N = 1 would hand every node the whole limit (the Sentinel
+// pitfall: a fallback that multiplies the limit by the real N).
 package membership
 
 import (

@@ -2,15 +2,22 @@
 // answers, on every face a node serves: the gRPC RateLimiterService of the
 // seed's contract (grpc.go), its HTTP face with problem+json errors
 // (http.go), Envoy's RLS (envoy.go), the one mapping of a decision to its
-// answer, written straight into wire bytes (answer.go), and the one gRPC
-// codec that decodes requests without reflection and answers a message
-// that is not protobuf as INVALID_ARGUMENT (wirecodec.go, codec.go).
+// answer, written straight into wire bytes (answer.go), and the gRPC
+// codec of the node's messages, which decodes one made only of known,
+// well-formed fields with vtprotobuf's generated code instead of
+// reflection, hands any other (unknown fields, malformed) to
+// proto.Unmarshal, and answers a message that is not protobuf as
+// INVALID_ARGUMENT (wirecodec.go, codec.go).
 //
-// It owns the wire formats of those faces and the one mapping of errors to
-// status codes (grpcError, and httpError for HTTP). It must not validate
-// or decide (decide.Validate and a Checker do), keep counters, or answer
-// a check whose request failed validation with anything but
-// INVALID_ARGUMENT (HTTP 400).
+// It owns the wire formats of those faces and the mapping of a check's
+// errors to answers: grpcError for gRPC and httpError for HTTP map what
+// decide.Validate or a Checker returns. A call's own bad arguments (a
+// batch too large, an empty domain, a message that is not protobuf) and
+// a batch's invalid check, named by its index, are answered
+// INVALID_ARGUMENT where they are found. It must not validate or decide
+// (decide.Validate and a Checker do), keep counters, or answer a check
+// whose request failed validation with anything but INVALID_ARGUMENT
+// (HTTP 400).
 package server
 
 import (
@@ -393,7 +400,13 @@ func request(in *ratelimitv1.RateLimitRequest) decide.Request {
 	}
 }
 
-// grpcError is the one place that maps errors to gRPC status codes.
+// grpcError maps an error of decide.Validate or a Checker to its gRPC
+// status: invalid input to INVALID_ARGUMENT, the caller's cancel and
+// deadline to theirs, a shed call to UNAVAILABLE, anything else to
+// INTERNAL. Errors of the call's own shape (appendBatch's size and its
+// per-index validation, ShouldRateLimit's domain and descriptor count,
+// the codec's undecodable message) are answered where they are found, as
+// is CheckRateLimitBatch's INTERNAL when it cannot decode its own answer.
 func grpcError(err error) error {
 	var bad *decide.InvalidError
 	switch {

@@ -167,8 +167,9 @@ func parseCheck(body []byte) (*ratelimitv1.RateLimitRequest, error) {
 	return &in, nil
 }
 
-// httpError is the one place that maps errors to HTTP answers, as
-// grpcError is for gRPC.
+// httpError maps the errors of a check (its body, decide.Validate, the
+// Checker) to HTTP answers, as grpcError does for gRPC. The 405 of a
+// wrong method is answered by its route.
 func (s *HTTP) httpError(w http.ResponseWriter, r *http.Request, err error, inst string) {
 	var bad *decide.InvalidError
 	var body *bodyError

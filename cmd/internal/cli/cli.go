@@ -1,6 +1,14 @@
-// Package cli holds what every Allot command does the same way at start:
-// flags that fall back to ALLOT_* environment variables, and a log/slog
-// logger at a --log-level.
+// Package cli holds what allot-node, allot-coordinator and allot-sandbox
+// do the same way at start: flags that fall back to ALLOT_* environment
+// variables (Parse), a removed flag refused with what replaced it, on the
+// command line or in the environment (removed.go), and a log/slog logger
+// at a --log-level (LogLevel). It also splits comma-separated flag values
+// (List, all that allot-load uses of it) and reads a README flag table
+// for the tests that hold it to --help (FlagTable, TableDisagreements;
+// table.go). allotctl and allot-sim do not use it.
+//
+// It only parses and reports: it returns errors rather than exiting, and
+// starts nothing.
 package cli
 
 import (

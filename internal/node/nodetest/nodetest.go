@@ -4,8 +4,12 @@
 // connections to it.
 //
 // It lives beside the node rather than in internal/testenv, whose
-// harnesses import nothing of the product. No product package imports
-// it.
+// harnesses stand beside the product (Redis and NATS processes, a faulty
+// network, certificates, clocks) and import almost nothing of it: only
+// luatest imports a product package, lua, to lay out script arguments
+// through the same lua.AppendCheckTB the product uses, and lua imports
+// nothing of the product. A harness that runs a whole node belongs with
+// the node. No product package imports it.
 package nodetest
 
 import (
