@@ -2,9 +2,15 @@
 // a store (Item, Group) and what it answers (Result), and holds the pure
 // maths of each algorithm.
 //
-// The maths here is the in-process twin of the Lua scripts in package lua:
-// same state, same formulas, time passed in as microseconds, no I/O. The
-// standalone store runs it directly; tests compare it with Redis.
+// The maths here is the in-process twin of the scripts that check and
+// refund in package lua (check.lua, check_tb.lua, refund.lua): same
+// state, same formulas. The standalone store (internal/memstore) runs it
+// directly; tests compare it with Redis. Leasing, shares and RLQS parts
+// have no twin here.
+//
+// It does no I/O, reads no clock and keeps no state: time comes in as
+// microseconds and a key's State as an argument, and the State to store
+// goes back to the caller.
 package algorithm
 
 import (

@@ -36,4 +36,8 @@
 // Errors from the node are returned as gRPC status errors, so
 // status.Code(err) tells INVALID_ARGUMENT (bad input, never worth a
 // retry) from the rest.
+//
+// It holds no policy and no limit of its own: every ALLOWED comes from a
+// node's answer or from a quota assignment a node gave, and the deny
+// cache only repeats a node's THROTTLED until the time the node named.
 package client

@@ -21,7 +21,8 @@
 // The package reads the wire answer (ratelimitv1.RateLimitResponse) rather
 // than decide.Decision so that a node's own answers and a remote
 // middleware's answers, which only see the wire form, are byte-identical.
-// It does no I/O and keeps no state.
+// It does no I/O and keeps no state, and it does not decide: it only
+// renders the answer it is given.
 package ratelimitheaders
 
 import (

@@ -7,6 +7,10 @@
 //
 //	make sandbox
 //	go run ./cmd/allot-sandbox --policies examples/sandbox-policies.yaml --masters 1
+//
+// It is a demonstration on one machine, not a deployment (deploy/ has
+// those): everything it starts listens on 127.0.0.1 and is gone when it
+// stops.
 package main
 
 import (

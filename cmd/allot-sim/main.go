@@ -2,6 +2,9 @@
 // internal/tools/sim): the real lease managers and coordinator machines, with
 // Redis, NATS and their latencies simulated. The same flags and seed
 // print the same bytes. See README ("Simulating a fleet").
+//
+// It opens no connection and starts no process: nothing leaves it but
+// its report and the files it is asked to write (--png, --cpuprofile).
 package main
 
 import (

@@ -12,6 +12,10 @@
 // --server URL (env ALLOT_SERVER, default http://127.0.0.1:8070) and
 // --token TOKEN (env ALLOT_ADMIN_TOKEN) reach the API; -o json prints
 // JSON. Errors print the server's problem details and exit 1 (2 for usage).
+//
+// It reaches policies only through the admin API: it never opens a
+// policy store itself, and it leaves validation to the server (it only
+// decodes what it sends).
 package main
 
 import (

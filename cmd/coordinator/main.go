@@ -13,6 +13,11 @@
 // rebalance knobs are the policy file's rebalance: block
 // (docs/multi-region.md); spans go to OTEL_EXPORTER_OTLP_ENDPOINT. SIGINT
 // or SIGTERM stops it, letting admin requests in flight finish.
+//
+// This command only wires flags, the environment and signals to the
+// packages that do the work (internal/admin, internal/policystore,
+// coord.StartProcess, internal/telemetry) and serves their /metrics; it
+// holds no policy or share logic of its own.
 package main
 
 import (

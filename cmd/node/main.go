@@ -19,6 +19,10 @@
 // node answers unready while it still serves, so load balancers move
 // away. A node whose listeners are all on loopback skips the default
 // drain. A second signal stops it at once.
+//
+// This command only turns flags, the environment and signals into a
+// node.Config with its telemetry, a start and a drained stop, and sets
+// the GC target; everything a node does is package internal/node's.
 package main
 
 import (

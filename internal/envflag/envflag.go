@@ -1,6 +1,10 @@
 // Package envflag lets every command-line flag also be set from the
 // environment: flag --grpc-addr reads ALLOT_GRPC_ADDR when not given on
 // the command line. The command line wins.
+//
+// It only reads the environment, for flags a FlagSet already defines,
+// under the prefix its caller names; it declares no flag and writes no
+// variable.
 package envflag
 
 import (

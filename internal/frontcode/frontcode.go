@@ -1,6 +1,10 @@
 // Package frontcode is the front coding of sorted keys shared by the
 // coordinator's wire formats (reports and demand): each key travels as
 // the length of the prefix it shares with the previous key and the rest.
+//
+// It is that arithmetic alone: it knows no wire format and keeps no
+// state, and the formats that use it frame, order and bound the keys
+// themselves.
 package frontcode
 
 // Common is the length of the longest common prefix of a and b.

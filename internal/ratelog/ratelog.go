@@ -4,6 +4,11 @@
 // can fire per request or per refill: during an outage they would
 // otherwise flood the log (954 "lease refill failed" lines in a 3 s Redis
 // stall at 200 req/s).
+//
+// It only drops records: a record it lets through goes to the wrapped
+// handler unchanged but for SuppressedKey, which levels are enabled is
+// that handler's choice, and a suppressed count is reported only with
+// the next record of its message and level that passes.
 package ratelog
 
 import (

@@ -12,6 +12,10 @@
 // handshake rather than at once; the last good certificate keeps being
 // served meanwhile, so a half-written rotation never takes a listener
 // down.
+//
+// It reads files and builds configs: it writes no file and opens no
+// connection, and it reloads certificates and keys only; a client's CA
+// file is read once.
 package tlsconfig
 
 import (

@@ -1,6 +1,10 @@
 // Package ratelimitheaderstest parses the RateLimit header fields strictly,
 // with an independent RFC 9651 parser (github.com/dunglas/httpsfv), so
 // tests check what a client would read rather than what the writer meant.
+//
+// It takes only the field names from package ratelimitheaders, none of
+// its code, and it reads the two structured fields alone (not the
+// X-RateLimit-* ones). Only tests import it.
 package ratelimitheaderstest
 
 import (

@@ -3,6 +3,10 @@
 // set of client TLS files for their Redis and NATS connections, a NATS
 // credentials file) and reads the --redis address, which may be a
 // redis:// or rediss:// URL carrying a user and password.
+//
+// It turns flags into configs and options and opens nothing: the
+// commands dial and listen, and package tlsconfig loads and reloads the
+// certificate files.
 package transportflags
 
 import (

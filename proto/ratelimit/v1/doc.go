@@ -1,0 +1,14 @@
+// Package ratelimitv1 holds the Go types of the node's public gRPC API,
+// hispeeddesign.ratelimit.v1: RateLimiterService (CheckRateLimit and
+// CheckRateLimitBatch) and its messages, a check's request, its
+// response with one LimitStatus per applied limit, and their batches.
+//
+// ratelimit.proto, beside this file, is the public contract: clients in
+// any language build from it, and fields 1-5 of the request and the
+// response and the Decision values are the seed's and never change.
+// Every other Go file here is generated from it by buf (`make proto`:
+// buf.gen.yaml for the messages and the gRPC service,
+// buf.gen.vtproto.yaml through scripts/vtproto.sh for the vtprotobuf
+// marshalling server.WireCodec uses) and must not be edited by hand:
+// change the .proto and regenerate.
+package ratelimitv1
