@@ -1,6 +1,7 @@
--- common.lua: what every script of this package shares. Redis scripts
--- cannot load modules, so lua.go prepends this file to each of check.lua,
--- refund.lua, lease.lua and return.lua: each still runs as one script.
+-- common.lua: what the scripts of this package share. Redis scripts
+-- cannot load modules, so lua.go and coord.go prepend this file to every
+-- script but check_tb.lua (which inlines what it needs): each still runs
+-- as one script.
 
 -- Redis' own clock, so client clock skew cannot mint tokens. Microseconds
 -- fit a double exactly (< 2^53).

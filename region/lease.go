@@ -51,8 +51,8 @@ func (s *Store) Lease(ctx context.Context, groups []lease.Group) ([]lease.Reply,
 	return out, nil
 }
 
-// Return runs return.lua once per item, all in one pipelined round trip,
-// and returns the whole tokens the buckets were credited. ctx bounds the
+// Return runs return.lua once per item, each call queued for its shard's
+// next pipeline as Take's are, and returns the whole tokens the buckets were credited. ctx bounds the
 // call (the lease manager's CallTimeout).
 func (s *Store) Return(ctx context.Context, items []lease.ReturnItem) (int64, error) {
 	keys := make([][]string, len(items))

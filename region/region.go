@@ -294,9 +294,10 @@ func (r *request) resultRoom(groups []algorithm.Group) ([]algorithm.Result, []al
 	return make([]algorithm.Result, len(groups)), make([]algorithm.ItemResult, n)
 }
 
-// Refund runs refund.lua once per group, in one pipelined round trip: each
-// existing bucket gets its item's cost back (capped at capacity). Pass the
-// groups exactly as they were passed to a Take that allowed them.
+// Refund runs refund.lua once per group, each call queued for its shard's
+// next pipeline as Take's are: each existing bucket gets its item's cost
+// back (capped at capacity). Pass the groups exactly as they were passed
+// to a Take that allowed them.
 func (s *Store) Refund(ctx context.Context, groups []algorithm.Group) error {
 	r, err := s.runGroups(ctx, lua.Refund, groups)
 	if err != nil {

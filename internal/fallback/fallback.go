@@ -90,7 +90,9 @@ func New(size Sizer, now func() time.Time) *Store {
 // N is the divisor in force: size.N(), at least 1.
 func (s *Store) N() int64 { return max(int64(s.size.N()), 1) }
 
-// Share is capacity / N, rounded down: the limit one node enforces.
+// Share is capacity / N, rounded down: one node's part of the limit, as
+// reported to callers. (Take enforces at least one request of the cost
+// taken: atLeastOne.)
 func (s *Store) Share(capacity int64) int64 { return capacity / s.N() }
 
 // Take takes every group all-or-nothing from this node's share of each

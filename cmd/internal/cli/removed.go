@@ -11,7 +11,7 @@ import (
 )
 
 // removed names what replaced each flag allot-node and allot-coordinator
-// no longer take (issue 34, "knobs a person can hold"). Given on the
+// no longer take (ARCHITECTURE.md, "Fixed settings"). Given on the
 // command line or as its ALLOT_ variable, such a flag stops the command
 // with this sentence instead of Go's bare "flag provided but not
 // defined". A name the command still defines (--admin-addr of
