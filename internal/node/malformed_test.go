@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -63,4 +64,28 @@ func TestMalformedStreamMessageIsInvalidArgument(t *testing.T) {
 	err = s.RecvMsg(&out)
 	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 	assert.ErrorContains(t, err, "not valid protobuf")
+}
+
+// A call with more elements than its handler accepts is refused with the
+// handler's INVALID_ARGUMENT, before it is decoded (the server package's
+// TestFanOutIsRefusedBeforeDecoding measures the allocations).
+func TestTooManyElementsAreInvalidArgument(t *testing.T) {
+	_, conn := nodetest.Start(t, testPolicies, node.Config{})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		method string
+		wire   []byte
+		want   string
+	}{
+		{"/" + ratelimitv1.RateLimiterService_ServiceDesc.ServiceName + "/CheckRateLimitBatch", bytes.Repeat([]byte{0x0a, 0}, 1001), "requests: 1001 checks exceed the maximum of 1000 per call"},
+		{"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", append([]byte{0x0a, 1, 'd'}, bytes.Repeat([]byte{0x12, 0}, 1001)...), "descriptors: 1001, want 1 to 1000"},
+		{"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", append([]byte{0x0a, 1, 'd', 0x12, 14}, bytes.Repeat([]byte{0x0a, 0}, 7)...), "at most 6 (one per request field)"},
+	} {
+		var out []byte
+		err := conn.Invoke(ctx, tc.method, &tc.wire, &out, grpc.ForceCodec(rawCodec{}))
+		assert.Equal(t, codes.InvalidArgument, status.Code(err), "%s: %v", tc.method, err)
+		assert.ErrorContains(t, err, tc.want)
+	}
+	_, err := ratelimitv1.NewRateLimiterServiceClient(conn).CheckRateLimit(ctx, &ratelimitv1.RateLimitRequest{TenantId: "t"})
+	require.NoError(t, err)
 }

@@ -14,7 +14,8 @@ import (
 )
 
 // MalformedIsInvalid returns the server options that install the wire
-// codec (WireCodec) and answer a request that is not valid protobuf with
+// codec (WireCodec) and answer a request that is not valid protobuf, or
+// that carries more elements than its handler accepts (fanout.go), with
 // INVALID_ARGUMENT: it is the caller's fault, and grpc-go answers any
 // codec error with INTERNAL.
 //
@@ -33,12 +34,12 @@ func MalformedIsInvalid() []grpc.ServerOption {
 	}
 }
 
-// markInvalid empties m and records err in it: its unknown fields become
+// markInvalid empties m and records why in it: its unknown fields become
 // a zero byte (the tag of field 0, which protobuf forbids, so no decoded
-// message has it) followed by err's text.
-func markInvalid(m proto.Message, err error) {
+// message has it) followed by the text of the INVALID_ARGUMENT answer.
+func markInvalid(m proto.Message, why string) {
 	proto.Reset(m)
-	m.ProtoReflect().SetUnknown(protoreflect.RawFields(append([]byte{0}, err.Error()...)))
+	m.ProtoReflect().SetUnknown(protoreflect.RawFields(append([]byte{0}, why...)))
 }
 
 // invalid returns the INVALID_ARGUMENT status of v if the codec marked
@@ -52,7 +53,7 @@ func invalid(v any) error {
 	if len(u) == 0 || u[0] != 0 {
 		return nil
 	}
-	return status.Errorf(codes.InvalidArgument, "the message is not valid protobuf: %s", u[1:])
+	return status.Error(codes.InvalidArgument, string(u[1:]))
 }
 
 func unaryInvalid(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {

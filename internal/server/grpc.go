@@ -6,8 +6,9 @@
 // codec of the node's messages, which decodes one made only of known,
 // well-formed fields with vtprotobuf's generated code instead of
 // reflection, hands any other (unknown fields, malformed) to
-// proto.Unmarshal, and answers a message that is not protobuf as
-// INVALID_ARGUMENT (wirecodec.go, codec.go).
+// proto.Unmarshal, and answers a message that is not protobuf, or one
+// with more elements than its handler accepts, as INVALID_ARGUMENT before
+// decoding it (wirecodec.go, codec.go, fanout.go).
 //
 // It owns the wire formats of those faces and the mapping of a check's
 // errors to answers: grpcError for gRPC and httpError for HTTP map what

@@ -1,6 +1,9 @@
 package server
 
 import (
+	"errors"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -111,7 +114,12 @@ func (c *wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	err := c.unmarshal(data, v)
 	if err != nil && c.strict {
 		if m, ok := v.(proto.Message); ok {
-			markInvalid(m, err) // nothing half-decoded reaches a handler
+			// Nothing half-decoded reaches a handler.
+			if tooMany := (*fanOutError)(nil); errors.As(err, &tooMany) {
+				markInvalid(m, err.Error())
+			} else {
+				markInvalid(m, "the message is not valid protobuf: "+err.Error())
+			}
 			return nil
 		}
 	}
@@ -131,6 +139,17 @@ func (c *wireCodec) unmarshal(data mem.BufferSlice, v any) error {
 		sc = c.batchRequest
 	case *ratelimitv1.BatchRateLimitResponse:
 		sc = c.batchResponse
+	case *rlsv3.RateLimitRequest:
+		if c.strict {
+			// Pooled, as the proto codec's: protobuf-go copies what it keeps.
+			buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+			defer buf.Free()
+			if err := envoyFanOut(buf.ReadOnlyData()); err != nil {
+				return err
+			}
+			return proto.Unmarshal(buf.ReadOnlyData(), v.(proto.Message))
+		}
+		return c.fallback.Unmarshal(data, v)
 	default:
 		return c.fallback.Unmarshal(data, v)
 	}
@@ -148,7 +167,17 @@ func (c *wireCodec) unmarshal(data mem.BufferSlice, v any) error {
 	// and how it decodes, is exactly as before
 	// (TestWireCodecAgreesOnMalformed).
 	var n wireCounts
-	if !sc.plain(buf, 0, &n) || unmarshalVT(buf, v, &n) != nil {
+	plain := sc.plain(buf, 0, &n)
+	if _, ok := v.(*ratelimitv1.BatchRateLimitRequest); ok && c.strict {
+		checks := n[0][1] // counted on the way, if plain
+		if !plain {
+			checks = count(buf, 1, nil)
+		}
+		if err := batchFanOut(checks); err != nil {
+			return err
+		}
+	}
+	if !plain || unmarshalVT(buf, v, &n) != nil {
 		m := v.(proto.Message)
 		proto.Reset(m)
 		return proto.Unmarshal(buf, m)
