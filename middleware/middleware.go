@@ -70,7 +70,10 @@ type Options struct {
 	Identity Identity
 	// Timeout bounds each check; 0 means DefaultTimeout.
 	Timeout time.Duration
-	Logger  *slog.Logger
+	// Logger gets a warning for every request that fails open (during an
+	// outage, one per request: give it a handler that rate-limits);
+	// nil discards them.
+	Logger *slog.Logger
 	// Observe, when set, is called once per request after the check, with
 	// the answer or the error that made the request fail open. It runs on
 	// the request path and must not block.

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"time"
 
+	"github.com/allot-dev/allot/internal/ratelog"
 	"github.com/allot-dev/allot/internal/server"
 	"github.com/allot-dev/allot/middleware"
 )
@@ -67,14 +67,14 @@ func (n *Node) proxyHandler() (http.Handler, error) {
 			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 			pr.SetXForwarded()
 		},
-		ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
+		ErrorLog: ratelog.StdLogger(n.perRequestLog(), "proxy error"),
 	}
 	lim, err := middleware.New(middleware.Options{
 		// In process: the proxy is the node, so no network hop.
 		Check:    server.NewGRPC(n.checker()).CheckRateLimit,
 		Identity: n.cfg.Identity,
 		Timeout:  n.cfg.CheckTimeout,
-		Logger:   n.log,
+		Logger:   n.perRequestLog(), // a warning per request that fails open
 	})
 	if err != nil {
 		return nil, err
@@ -87,7 +87,8 @@ func (n *Node) serveHTTP(name, addr string, srv *http.Server) error {
 	if err != nil {
 		return fmt.Errorf("%s: listen on %s: %w", name, addr, err)
 	}
-	srv.ErrorLog = slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)
+	// One line per failed TLS handshake or broken connection: limited.
+	srv.ErrorLog = ratelog.StdLogger(n.perRequestLog(), name+" server error")
 	l := &httpListener{name: name, srv: srv, lis: lis, done: make(chan struct{})}
 	n.https = append(n.https, l)
 	go func() {

@@ -13,7 +13,9 @@ package ratelog
 
 import (
 	"context"
+	stdlog "log"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 )
@@ -120,4 +122,22 @@ func (h *handler) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h *handler) WithGroup(name string) slog.Handler {
 	return &handler{inner: h.inner.WithGroup(name), st: h.st}
+}
+
+// StdLogger returns a *log.Logger (net/http's ErrorLog) whose every line
+// is a warning of log with the message msg and the line as "err". Such
+// lines are formatted (a peer's address in each), so they are limited
+// only as one message; pass a logger from New.
+func StdLogger(log *slog.Logger, msg string) *stdlog.Logger {
+	return stdlog.New(lineWriter{log: log, msg: msg}, "", 0)
+}
+
+type lineWriter struct {
+	log *slog.Logger
+	msg string
+}
+
+func (w lineWriter) Write(p []byte) (int, error) {
+	w.log.Warn(w.msg, "err", strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
 }

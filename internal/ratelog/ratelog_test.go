@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/allot-dev/allot/internal/ratelog"
 	"github.com/allot-dev/allot/internal/testenv/fakeclock"
@@ -59,4 +60,19 @@ func TestDistinctMessagesAreBounded(t *testing.T) {
 	log.Warn("a new line")
 	assert.Equal(t, 1, strings.Count(buf.String(), "\n"))
 	assert.LessOrEqual(t, ratelog.Tracked(log), bound)
+}
+
+// A standard logger's formatted lines are limited as one message.
+func TestStdLoggerLimitsFormattedLines(t *testing.T) {
+	var buf bytes.Buffer
+	clk := fakeclock.New(time.Unix(0, 0))
+	std := ratelog.StdLogger(ratelog.New(slog.New(slog.NewTextHandler(&buf, nil)), 10*time.Second, clk.Now), "http server error")
+	for i := range 50 {
+		std.Printf("http: TLS handshake error from 192.0.2.1:%d: EOF", 40000+i)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	require.Len(t, lines, 1)
+	assert.Contains(t, lines[0], `msg="http server error"`)
+	assert.Contains(t, lines[0], `err="http: TLS handshake error from 192.0.2.1:40000: EOF"`)
+	assert.Contains(t, lines[0], "level=WARN")
 }
