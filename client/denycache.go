@@ -25,13 +25,19 @@ type denyEntry struct {
 }
 
 // denyCache remembers THROTTLED answers until their retry time. It holds
-// at most max keys: when full, expired entries go first, then arbitrary
-// ones (a forgotten deny costs one RPC, nothing more).
+// at most max keys: when full, a new key looks at evictSample entries
+// (map order is random), drops those expired and, if none was, the first
+// it looked at (a forgotten deny costs one RPC, nothing more). A scan of
+// every entry instead would hold the lock every Check takes for a scan of
+// max entries on each new key while the cache is full of live denies.
 type denyCache struct {
 	max int
 	mu  sync.Mutex
 	m   map[denyKey]denyEntry
 }
+
+// evictSample is how many entries a put into a full cache looks at.
+const evictSample = 32
 
 func newDenyCache(n int) *denyCache { return &denyCache{max: n, m: make(map[denyKey]denyEntry)} }
 
@@ -68,16 +74,20 @@ func (d *denyCache) put(k denyKey, resp *ratelimitv1.RateLimitResponse, now time
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.m[k]; !ok && len(d.m) >= d.max {
+		seen, first := 0, true
+		var victim denyKey
 		for k2, e := range d.m {
 			if !now.Before(e.until) {
 				delete(d.m, k2)
+			} else if first {
+				victim, first = k2, false
 			}
-		}
-		for k2 := range d.m {
-			if len(d.m) < d.max {
+			if seen++; seen == evictSample {
 				break
 			}
-			delete(d.m, k2)
+		}
+		if len(d.m) >= d.max {
+			delete(d.m, victim)
 		}
 	}
 	d.m[k] = denyEntry{until: until, resp: proto.CloneOf(resp)} // the caller owns resp
