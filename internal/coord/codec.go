@@ -30,28 +30,30 @@ type entry struct {
 const chunkOverhead = 256
 
 // encodeReport splits entries (sorted here by key) into chunks whose
-// encoded Message stays under maxBytes, front-coding each key against the
-// previous key of its chunk.
+// encoded Message stays under maxBytes and whose keys decode to at most
+// frontcode.MaxDecoded bytes, front-coding each key against the previous
+// key of its chunk.
 func encodeReport(region string, id roundID, entries []entry, maxBytes int) []*coordv1.Message {
 	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.key, b.key) })
 	budget := max(maxBytes-chunkOverhead-len(region), 1024)
 	var chunks [][]*coordv1.Entry
 	var cur []*coordv1.Entry
-	size, prev := 0, ""
+	size, keys, prev := 0, 0, ""
 	for _, e := range entries {
 		p := frontcode.Common(prev, e.key)
 		pe := &coordv1.Entry{Prefix: uint32(p), Suffix: e.key[p:], Rate: e.rate, Weight: e.weight, Share: uint32(e.share), Window: e.window, Used: e.used}
 		n := proto.Size(pe)
 		n += protowire.SizeTag(3) + protowire.SizeVarint(uint64(n))
-		if len(cur) > 0 && size+n > budget {
+		if len(cur) > 0 && (size+n > budget || keys+len(e.key) > frontcode.MaxDecoded) {
 			chunks = append(chunks, cur)
-			cur, size = nil, 0
+			cur, size, keys = nil, 0, 0
 			pe.Prefix, pe.Suffix = 0, e.key // a chunk decodes on its own
 			n = proto.Size(pe)
 			n += protowire.SizeTag(3) + protowire.SizeVarint(uint64(n))
 		}
 		cur = append(cur, pe)
 		size += n
+		keys += len(e.key)
 		prev = e.key
 	}
 	chunks = append(chunks, cur) // an empty report is one empty chunk
@@ -65,16 +67,27 @@ func encodeReport(region string, id roundID, entries []entry, maxBytes int) []*c
 	return out
 }
 
-// decodeEntries undoes the front coding of one chunk. The chunk's keys
-// are written into one string, each entry's key a slice of it: one
-// allocation per chunk rather than per key. A prefix longer than the
-// previous key (a corrupt message) is cut to it, as frontcode.Decode does.
-func decodeEntries(es []*coordv1.Entry, dst []entry) []entry {
+// keyBytes is how many bytes the keys of a chunk's entries decode to, or
+// false past frontcode.MaxDecoded (the sender starts a new chunk before
+// it: a chunk past it is forged or corrupt, and is refused undecoded).
+func keyBytes(es []*coordv1.Entry) (int, bool) {
 	size, prev := 0, 0
 	for _, e := range es {
-		prev = min(int(e.GetPrefix()), prev) + len(e.GetSuffix())
-		size += prev
+		prev = frontcode.Len(prev, e.GetPrefix(), len(e.GetSuffix()))
+		if size += prev; size > frontcode.MaxDecoded {
+			return size, false
+		}
 	}
+	return size, true
+}
+
+// decodeEntries undoes the front coding of one chunk, whose keys keyBytes
+// takes. The chunk's keys are written into one string, each entry's key a
+// slice of it: one allocation per chunk rather than per key. A prefix
+// longer than the previous key (a corrupt message) is cut to it, as
+// frontcode.Decode does.
+func decodeEntries(es []*coordv1.Entry, dst []entry) []entry {
+	size, _ := keyBytes(es)
 	var b strings.Builder
 	b.Grow(size)
 	dst = slices.Grow(dst, len(es))
@@ -216,7 +229,9 @@ type wireChunk struct {
 }
 
 // check checks every entry of the chunk as proto.Unmarshal would, or
-// reports false for one it does not take as it comes (as readReportWire).
+// reports false for one it does not take as it comes (as readReportWire)
+// and for keys that decode past frontcode.MaxDecoded (which file, after
+// proto.Unmarshal, refuses as keyBytes does).
 func (w reportWire) check() (wireChunk, bool) {
 	c := wireChunk{w: w}
 	prev := 0
@@ -225,8 +240,10 @@ func (w reportWire) check() (wireChunk, bool) {
 		if !ok || !utf8.Valid(e.suffix) {
 			return c, false
 		}
-		prev = min(int(e.prefix), prev) + len(e.suffix)
-		c.keyBytes += prev
+		prev = frontcode.Len(prev, e.prefix, len(e.suffix))
+		if c.keyBytes += prev; c.keyBytes > frontcode.MaxDecoded {
+			return c, false
+		}
 	}
 	return c, true
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/allot-dev/allot/internal/frontcode"
@@ -253,4 +254,59 @@ func FuzzFileWire(f *testing.F) {
 			t.Fatalf("from the wire / decoded: %s", d)
 		}
 	})
+}
+
+// longKeys are n keys of size bytes that differ in their last bytes: each
+// travels in a few bytes after the first, and the chunk's keys decode to
+// about n·size bytes.
+func longKeys(n, size int) []entry {
+	es := make([]entry, n)
+	for i := range es {
+		es[i] = entry{key: fmt.Sprintf("rl:{route=%s%05d}:p:l", strings.Repeat("a", size), i), rate: 1, weight: 1}
+	}
+	return es
+}
+
+// TestChunkKeysDecodeWithinTheBound: a report whose keys decode past
+// frontcode.MaxDecoded in one payload is split so that no chunk does, and
+// the receiver assembles it whole.
+func TestChunkKeysDecodeWithinTheBound(t *testing.T) {
+	es := longKeys(600, 64<<10) // 38 MiB of keys, a few KiB on the wire
+	msgs := encodeReport("us", roundID{7, 10_000, false}, slices.Clone(es), 1<<20)
+	require.Greater(t, len(msgs), 1)
+	m := receiver(t)
+	for _, b := range marshalAll(t, msgs) {
+		require.LessOrEqual(t, len(b), 1<<20)
+		m.Step(Received{Wire: b})
+	}
+	for _, msg := range msgs {
+		n, ok := keyBytes(msg.GetReport().GetEntries())
+		require.True(t, ok, "a chunk's keys decode to %d bytes", n)
+	}
+	a := m.inbox.rounds[roundID{7, 10_000, false}].reports["us"]
+	require.NotNil(t, a)
+	require.True(t, a.complete())
+	require.Len(t, a.keyed, len(es))
+}
+
+// TestChunkKeysPastTheBoundAreRefused: a forged chunk whose every key
+// repeats the previous one and adds a byte decodes past
+// frontcode.MaxDecoded from a few hundred KiB: it is refused, from the
+// wire and decoded alike, before its keys are decoded.
+func TestChunkKeysPastTheBoundAreRefused(t *testing.T) {
+	es := []*coordv1.Entry{{Suffix: strings.Repeat("k", 64<<10)}}
+	for len(es) < 300 {
+		es = append(es, &coordv1.Entry{Prefix: math.MaxUint32, Suffix: "k"})
+	}
+	n, ok := keyBytes(es)
+	require.False(t, ok, "%d bytes", n)
+	msg := &coordv1.Message{Region: "us", Epoch: 7, IntervalMs: 10_000, Body: &coordv1.Message_Report{Report: &coordv1.ReportChunk{Chunks: 1, Entries: es}}}
+	b := marshalAll(t, []*coordv1.Message{msg})[0]
+	require.Less(t, len(b), 128<<10)
+	got, want := receiver(t), receiver(t)
+	got.Step(Received{Wire: b})
+	want.inbox.file(msg, want.clock.now)
+	for _, m := range []*Machine{got, want} {
+		require.Empty(t, m.inbox.rounds, "the chunk was filed")
+	}
 }

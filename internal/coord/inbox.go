@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/allot-dev/allot/internal/frontcode"
 	coordv1 "github.com/allot-dev/allot/proto/coord/v1"
 )
 
@@ -94,12 +95,20 @@ func (a *assembly) add(ch uint32, c chunk) {
 
 // file stores a message in its round. A Want naming this region returns
 // what to send again.
+// A report chunk whose keys decode past frontcode.MaxDecoded, which no
+// coordinator sends, is refused before any of it is decoded.
 func (in *inbox) file(msg *coordv1.Message, now time.Time) []*coordv1.Message {
-	r := in.roundFrom(msg.GetRegion(), roundID{msg.GetEpoch(), msg.GetIntervalMs(), msg.GetMid()}, now)
+	from := msg.GetRegion()
+	if rc := msg.GetReport(); rc != nil && from != in.self && slices.Contains(in.regions, from) {
+		if n, ok := keyBytes(rc.GetEntries()); !ok {
+			in.log.Warn("coord: dropping a report chunk whose keys decode past the bound", "from", from, "bytes", n, "bound", frontcode.MaxDecoded)
+			return nil
+		}
+	}
+	r := in.roundFrom(from, roundID{msg.GetEpoch(), msg.GetIntervalMs(), msg.GetMid()}, now)
 	if r == nil {
 		return nil
 	}
-	from := msg.GetRegion()
 	switch b := msg.GetBody().(type) {
 	case *coordv1.Message_Report:
 		rc := b.Report

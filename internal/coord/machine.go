@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/allot-dev/allot/internal/ratelog"
 	coordv1 "github.com/allot-dev/allot/proto/coord/v1"
 	"github.com/allot-dev/allot/rebalance"
 )
@@ -133,7 +134,9 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 		m.log = slog.Default()
 	}
 	m.log = m.log.With("region", cfg.Region)
-	m.inbox.log = m.log
+	// What other regions send may be forged or corrupt: the inbox's warnings
+	// about it are rate-limited on the machine's own clock.
+	m.inbox.log = ratelog.New(m.log, ratelog.DefaultEvery, func() time.Time { return m.clock.now })
 	return m, nil
 }
 

@@ -2,10 +2,20 @@
 // coordinator's wire formats (reports and demand): each key travels as
 // the length of the prefix it shares with the previous key and the rest.
 //
-// It is that arithmetic alone: it knows no wire format and keeps no
-// state, and the formats that use it frame, order and bound the keys
-// themselves.
+// It is that arithmetic and the one bound both formats keep (MaxDecoded):
+// it knows no wire format and keeps no state, and the formats that use it
+// frame and order the keys themselves.
 package frontcode
+
+// MaxDecoded is the most bytes the keys of one message (a report chunk, a
+// demand snapshot) decode to. Front coding lets each key repeat the whole
+// previous key for one byte more, so a message's decoded keys can grow as
+// the square of its size: senders start a new message rather than pass
+// the bound, and receivers refuse a message past it before decoding any
+// key. 16 MiB is sixteen times the default NATS max payload (1 MiB): a
+// message under it decodes past the bound only when its keys average
+// sixteen times the bytes each entry takes on the wire.
+const MaxDecoded = 16 << 20
 
 // Common is the length of the longest common prefix of a and b.
 func Common(a, b string) int {
@@ -24,4 +34,10 @@ func Common(a, b string) int {
 func Decode(prev string, prefix uint32, suffix string) string {
 	p := min(int(prefix), len(prev))
 	return prev[:p] + suffix
+}
+
+// Len is the length of the key Decode rebuilds from a previous key of
+// length prev, without building it.
+func Len(prev int, prefix uint32, suffix int) int {
+	return min(int(prefix), prev) + suffix
 }

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/allot-dev/allot/internal/frontcode"
+	"github.com/allot-dev/allot/internal/ratelog"
 	coordv1 "github.com/allot-dev/allot/proto/coord/v1"
 )
 
@@ -85,7 +86,9 @@ func Collect(nc *nats.Conn, region string, log *slog.Logger) (*Collector, error)
 	if log == nil {
 		log = slog.Default()
 	}
-	c := &Collector{log: log}
+	// Snapshots may be forged or corrupt: the warnings about them are
+	// rate-limited.
+	c := &Collector{log: ratelog.New(log, ratelog.DefaultEvery, nil)}
 	sub, err := Subscribe(nc, Prefix+region, c.receive)
 	if err != nil {
 		return nil, fmt.Errorf("demand: %w", err)
@@ -122,11 +125,10 @@ func (s *Sum) Add(data []byte) error {
 	if s.sum == nil {
 		s.sum = map[string][2]int64{}
 	}
-	Decode(&m, func(key string, admitted, denied int64) {
+	return Decode(&m, func(key string, admitted, denied int64) {
 		v := s.sum[key]
 		s.sum[key] = [2]int64{v[0] + max(0, admitted), v[1] + max(0, denied)}
 	})
-	return nil
 }
 
 // Drain calls fn with every key's admitted and denied tokens since the
@@ -233,8 +235,9 @@ type Entry struct {
 }
 
 // Encode sorts entries by key and splits them into snapshots whose
-// encoded size stays under maxBytes, front-coding each key against the
-// previous key of its snapshot. No entries, no snapshot.
+// encoded size stays under maxBytes and whose keys decode to at most
+// frontcode.MaxDecoded bytes, front-coding each key against the previous
+// key of its snapshot. No entries, no snapshot.
 func Encode(node string, entries []Entry, maxBytes int) []*coordv1.Demand {
 	if len(entries) == 0 {
 		return nil
@@ -243,32 +246,43 @@ func Encode(node string, entries []Entry, maxBytes int) []*coordv1.Demand {
 	budget := max(maxBytes-chunkOverhead-len(node), 1024)
 	var out []*coordv1.Demand
 	msg := &coordv1.Demand{Node: node}
-	size, prev := 0, ""
+	size, keys, prev := 0, 0, ""
 	for _, e := range entries {
 		c := frontcode.Common(prev, e.Key)
 		de := &coordv1.DemandEntry{Prefix: uint32(c), Suffix: e.Key[c:], Admitted: e.Admitted, Denied: e.Denied}
 		n := proto.Size(de)
 		n += protowire.SizeTag(2) + protowire.SizeVarint(uint64(n))
-		if len(msg.Entries) > 0 && size+n > budget {
+		if len(msg.Entries) > 0 && (size+n > budget || keys+len(e.Key) > frontcode.MaxDecoded) {
 			out = append(out, msg)
-			msg, size = &coordv1.Demand{Node: node}, 0
+			msg, size, keys = &coordv1.Demand{Node: node}, 0, 0
 			de.Prefix, de.Suffix = 0, e.Key // a snapshot decodes on its own
 			n = proto.Size(de)
 			n += protowire.SizeTag(2) + protowire.SizeVarint(uint64(n))
 		}
 		msg.Entries = append(msg.Entries, de)
 		size += n
+		keys += len(e.Key)
 		prev = e.Key
 	}
 	return append(out, msg)
 }
 
-// Decode calls fn with every entry of one snapshot.
-func Decode(m *coordv1.Demand, fn func(key string, admitted, denied int64)) {
+// Decode calls fn with every entry of one snapshot. A snapshot whose keys
+// decode past frontcode.MaxDecoded, which Encode never makes, is refused
+// with an error before any key is decoded.
+func Decode(m *coordv1.Demand, fn func(key string, admitted, denied int64)) error {
+	size, n := 0, 0
+	for _, e := range m.GetEntries() {
+		n = frontcode.Len(n, e.GetPrefix(), len(e.GetSuffix()))
+		if size += n; size > frontcode.MaxDecoded {
+			return fmt.Errorf("demand: keys decode past %d bytes", frontcode.MaxDecoded)
+		}
+	}
 	prev := ""
 	for _, e := range m.GetEntries() {
 		key := frontcode.Decode(prev, e.GetPrefix(), e.GetSuffix())
 		prev = key
 		fn(key, e.GetAdmitted(), e.GetDenied())
 	}
+	return nil
 }

@@ -2,10 +2,14 @@ package demand
 
 import (
 	"fmt"
+	"math"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
+
+	coordv1 "github.com/allot-dev/allot/proto/coord/v1"
 )
 
 // Snapshots stay under the payload, decode on their own, and carry every
@@ -63,4 +67,34 @@ func TestSnapshotsSum(t *testing.T) {
 	none, err := Snapshots("n1", func(func(string, int64, int64)) {}, 1<<20)
 	require.NoError(t, err)
 	require.Empty(t, none)
+}
+
+// Snapshots of keys that decode past frontcode.MaxDecoded in one payload
+// are split so that none does; a forged snapshot that does is refused
+// before its keys are decoded.
+func TestSnapshotKeysDecodeWithinTheBound(t *testing.T) {
+	var in []Entry
+	for i := range 600 { // 38 MiB of keys, a few KiB on the wire
+		in = append(in, Entry{Key: fmt.Sprintf("rl:{route=%s%05d}:p:l", strings.Repeat("a", 64<<10), i), Admitted: 1})
+	}
+	msgs := Encode("node-1", in, 1<<20)
+	require.Greater(t, len(msgs), 1)
+	var s Sum
+	for _, m := range msgs {
+		b, err := proto.Marshal(m)
+		require.NoError(t, err)
+		require.NoError(t, s.Add(b))
+	}
+	n := 0
+	s.Drain(func(string, int64, int64) { n++ })
+	require.Equal(t, len(in), n)
+
+	forged := &coordv1.Demand{Node: "n", Entries: []*coordv1.DemandEntry{{Suffix: strings.Repeat("k", 64<<10), Admitted: 1}}}
+	for len(forged.Entries) < 300 {
+		forged.Entries = append(forged.Entries, &coordv1.DemandEntry{Prefix: math.MaxUint32, Suffix: "k", Admitted: 1})
+	}
+	b, err := proto.Marshal(forged)
+	require.NoError(t, err)
+	require.Error(t, s.Add(b))
+	s.Drain(func(key string, _, _ int64) { t.Errorf("%.20s... of a refused snapshot drained", key) })
 }
