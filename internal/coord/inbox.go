@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/allot-dev/allot/internal/frontcode"
+	"github.com/allot-dev/allot/policy"
 	coordv1 "github.com/allot-dev/allot/proto/coord/v1"
 )
 
@@ -20,10 +21,37 @@ import (
 type inbox struct {
 	self    string   // this region, whose own messages come back and are ignored
 	regions []string // every region, sorted
-	log     *slog.Logger
-	rounds  map[roundID]*round
-	last    map[string][]entry
+	// own are the intervals (ms) this machine runs: its round's under way
+	// and its knobs' (the same but across a change of interval).
+	own    [2]int64
+	log    *slog.Logger
+	rounds map[roundID]*round
+	last   map[string][]entry
 }
+
+// Bounds on what the inbox keeps, whatever arrives: at most maxRounds
+// rounds, each with at most one report per other region, of at most
+// maxChunks chunks of at most the transport's max payload (their keys
+// decoding to at most frontcode.MaxDecoded each).
+const (
+	// roundsPerInterval is how many rounds of one interval start within
+	// the five intervals a round is kept (round): every half interval,
+	// both ends included.
+	roundsPerInterval = 11
+	// maxRounds holds the rounds of the two intervals this machine runs
+	// (own) and as many of another: a peer's during a change of interval
+	// (docs/multi-region.md, "Runtime tuning"). A round of an interval not
+	// its own is refused when they are full, and evicted for one of its own.
+	maxRounds = 3 * roundsPerInterval
+	// maxChunks is the most chunks a report has: a coordinator whose report
+	// needs more (1 GiB at the default 1 MiB payload, millions of keys)
+	// sends none, and a chunk of a report of more is refused.
+	maxChunks = 1024
+)
+
+// minIntervalMS is the shortest interval a coordinator runs
+// (Knobs.Validate): a round of a shorter one is refused.
+var minIntervalMS = policy.MinRebalanceInterval.Milliseconds()
 
 // roundID names a round on the wire: an epoch, or with mid its
 // mid-interval round.
@@ -100,6 +128,10 @@ func (a *assembly) add(ch uint32, c chunk) {
 func (in *inbox) file(msg *coordv1.Message, now time.Time) []*coordv1.Message {
 	from := msg.GetRegion()
 	if rc := msg.GetReport(); rc != nil && from != in.self && slices.Contains(in.regions, from) {
+		if rc.GetChunks() > maxChunks {
+			in.log.Warn("coord: dropping a report chunk of too many chunks", "from", from, "chunks", rc.GetChunks(), "max", maxChunks)
+			return nil
+		}
 		if n, ok := keyBytes(rc.GetEntries()); !ok {
 			in.log.Warn("coord: dropping a report chunk whose keys decode past the bound", "from", from, "bytes", n, "bound", frontcode.MaxDecoded)
 			return nil
@@ -164,7 +196,7 @@ func (in *inbox) fileWire(b []byte, now time.Time) []*coordv1.Message {
 		if a != nil && !a.wants(w.chunk, w.chunks) {
 			return nil // nothing to file, whatever it holds
 		}
-		if a != nil || w.chunk < w.chunks {
+		if a != nil || w.chunk < w.chunks && w.chunks <= maxChunks {
 			if c, ok := w.check(); ok {
 				if r := in.roundFrom(w.region, id, now); r != nil {
 					r.assembly(w.region, w.chunks).add(w.chunk, c)
@@ -203,33 +235,87 @@ func (r *round) assembly(from string, chunks uint32) *assembly {
 	return a
 }
 
-// round returns the round of id, creating it. Rounds that started more
-// than three of their intervals ago (or start more than two ahead: a
-// skewed or bogus clock) are not kept.
+// round returns the round of id, creating it, or nil for a round not
+// kept: one that started more than three of its intervals ago (or starts
+// more than two ahead: a skewed or bogus clock), of an interval shorter
+// than any coordinator runs, or beyond maxRounds. A round of an interval
+// longer than this machine's is kept as long as one of this machine's
+// would be: it is of use only once this machine runs that interval, and
+// a forged interval cannot keep a round for ever.
 func (in *inbox) round(id roundID, at time.Time) *round {
 	now := at.UnixMilli()
-	stale := func(r roundID) bool {
-		iv := max(r.intervalMS, 1)
-		start := r.epoch * iv
-		if r.mid {
-			start += iv / 2
-		}
-		return start < now-3*iv || start > now+2*iv
-	}
-	if stale(id) {
+	if in.stale(id, now) {
 		return nil
 	}
 	for old := range in.rounds {
-		if stale(old) {
+		if in.stale(old, now) {
 			delete(in.rounds, old)
 		}
 	}
 	r := in.rounds[id]
 	if r == nil {
+		if len(in.rounds) >= maxRounds && !in.evictFor(id) {
+			in.log.Warn("coord: dropping a message of a round beyond the rounds kept", "interval_ms", id.intervalMS, "max", maxRounds)
+			return nil
+		}
 		r = &round{reports: map[string]*assembly{}, acks: map[string]*coordv1.Ack{}}
 		in.rounds[id] = r
 	}
 	return r
+}
+
+// stale reports whether round id is not to be kept at now (ms): see round.
+func (in *inbox) stale(id roundID, now int64) bool {
+	if id.intervalMS < minIntervalMS || id.epoch < 0 {
+		return true
+	}
+	iv := id.intervalMS
+	if longest := max(in.own[0], in.own[1]); longest > 0 {
+		iv = min(iv, longest)
+	}
+	lo, hi := now-3*iv, now+2*iv
+	if id.epoch > hi/id.intervalMS { // and epoch·intervalMS cannot overflow
+		return true
+	}
+	start := id.epoch * id.intervalMS
+	if id.mid {
+		start += id.intervalMS / 2
+	}
+	return start < lo || start > hi
+}
+
+// evictFor makes room for round id when it is of an interval this machine
+// runs, by dropping the first round (by interval, epoch, mid) of another:
+// there is one, since this machine's own take at most 2·roundsPerInterval.
+func (in *inbox) evictFor(id roundID) bool {
+	if id.intervalMS != in.own[0] && id.intervalMS != in.own[1] {
+		return false
+	}
+	var victim *roundID
+	for old := range in.rounds {
+		if old.intervalMS == in.own[0] || old.intervalMS == in.own[1] {
+			continue
+		}
+		if victim == nil || old.before(*victim) {
+			victim = &old
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	delete(in.rounds, *victim)
+	return true
+}
+
+// before orders rounds by interval, epoch and mid.
+func (id roundID) before(o roundID) bool {
+	if id.intervalMS != o.intervalMS {
+		return id.intervalMS < o.intervalMS
+	}
+	if id.epoch != o.epoch {
+		return id.epoch < o.epoch
+	}
+	return !id.mid && o.mid
 }
 
 // roundOrEmpty is round, or an empty round when this epoch runs so late

@@ -134,6 +134,8 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 		m.log = slog.Default()
 	}
 	m.log = m.log.With("region", cfg.Region)
+	iv := cfg.Knobs.Interval.Milliseconds()
+	m.inbox.own = [2]int64{iv, iv}
 	// What other regions send may be forged or corrupt: the inbox's warnings
 	// about it are rate-limited on the machine's own clock.
 	m.inbox.log = ratelog.New(m.log, ratelog.DefaultEvery, func() time.Time { return m.clock.now })
@@ -146,6 +148,7 @@ func (m *Machine) SetKnobs(k Knobs) error {
 		return fmt.Errorf("coord: knobs: %w", err)
 	}
 	m.cfg.Knobs = k
+	m.inbox.own[1] = k.Interval.Milliseconds() // own[0]: the round under way's, or the last's
 	return nil
 }
 

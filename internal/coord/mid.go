@@ -44,7 +44,7 @@ func (midRound) span(iv time.Duration) time.Duration { return iv / 2 }
 func (midRound) open(m *Machine, e *epoch) {
 	e.st = Stats{Epoch: e.id.epoch, Mid: true}
 	e.mine = m.reports.midEntries(e.rates, e.k, &m.ledger)
-	msgs := encodeReport(m.cfg.Region, e.id, slices.Clip(e.mine), m.cfg.MaxPayload)
+	msgs := m.encodeReport(e, slices.Clip(e.mine))
 	for _, msg := range msgs {
 		e.st.ReportBytes += proto.Size(msg)
 	}

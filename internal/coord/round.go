@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	coordv1 "github.com/allot-dev/allot/proto/coord/v1"
 	"github.com/allot-dev/allot/rebalance"
 )
 
@@ -111,6 +112,7 @@ func (m *Machine) begin() {
 	if e.id.mid {
 		e.kind = midRound{}
 	}
+	m.inbox.own = [2]int64{e.id.intervalMS, e.id.intervalMS}
 	if !e.kind.begin(m, e) {
 		m.finish()
 		return
@@ -161,13 +163,25 @@ func (m *Machine) report(e *epoch) {
 	e.mine = m.reports.entries(e.rates, e.k, &m.ledger)
 	quotaEntries := m.quotaReport(e.counts, e.k)
 	e.st.Quotas = len(quotaEntries)
-	msgs := encodeReport(m.cfg.Region, e.id, append(slices.Clip(e.mine), quotaEntries...), m.cfg.MaxPayload)
+	msgs := m.encodeReport(e, append(slices.Clip(e.mine), quotaEntries...))
 	for _, msg := range msgs {
 		e.st.ReportBytes += proto.Size(msg)
 	}
 	e.st.Reported, e.st.Chunks = len(e.mine), len(msgs)
 	e.r.report = msgs
 	m.out.Messages = append(m.out.Messages, msgs...)
+}
+
+// encodeReport encodes this region's report of round e, or nothing when
+// it needs more than maxChunks chunks, which the other regions refuse: it
+// is then lost for all of them (a partition, which is safe).
+func (m *Machine) encodeReport(e *epoch, entries []entry) []*coordv1.Message {
+	msgs := encodeReport(m.cfg.Region, e.id, entries, m.cfg.MaxPayload)
+	if len(msgs) > maxChunks {
+		m.log.Error("coord: report too large to send", "epoch", e.id.epoch, "mid", e.id.mid, "entries", len(entries), "chunks", len(msgs), "max", maxChunks)
+		return nil
+	}
+	return msgs
 }
 
 // shrink is phase 1: plan every key, write the shrunk shares and the
