@@ -14,8 +14,9 @@ import (
 
 // Bounds on a bucket id: a few keys, MaxIDBytes of keys and values in
 // all (a stream's memory is at most MaxBuckets ids of it, twice: the
-// canonical form and the request). Longer ids are refused, not truncated
-// (a truncated id would merge buckets).
+// canonical form, and the keys and values the request and updates share).
+// Longer ids are refused, not truncated (a truncated id would merge
+// buckets); a refused id's bucket keeps only its hash (refusedID) and why.
 const (
 	maxIDKeys  = 8
 	MaxIDBytes = 1024

@@ -30,20 +30,26 @@ type bucket struct {
 	grant     decide.Grant
 	cons      map[string]*consumer // region key -> this bucket's claim on it
 	sent      *sent
-	pid       *rlqsv3.BucketId // as the client last named it, for updates
+	pid       *rlqsv3.BucketId // its keys and values, for updates; nil if refused
 }
 
-// note updates b from a report of it: its offered rate, its usage (charged to
-// its region buckets at their next settlement) and its grant (a policy
-// reload applies from the next report).
+// note updates b from a report of it: whether it is idle, its offered
+// rate, its usage (charged to its region buckets at their next
+// settlement) and its grant (a policy reload applies from the next
+// report). A refused bucket is only idle or not.
 func (st *stream) note(b *bucket, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) error {
+	allowed, denied := int64(min(u.GetNumRequestsAllowed(), math.MaxInt32)), int64(min(u.GetNumRequestsDenied(), math.MaxInt32))
+	if allowed+denied > 0 {
+		b.idleSince = time.Time{}
+	} else if b.idleSince.IsZero() {
+		b.idleSince = now
+	}
 	if b.bad != nil {
 		return nil
 	}
 	s := st.s
 	// Envoy reports whole seconds; other clients are rounded to them.
 	el := u.GetTimeElapsed().AsDuration().Round(time.Second)
-	allowed, denied := int64(min(u.GetNumRequestsAllowed(), math.MaxInt32)), int64(min(u.GetNumRequestsDenied(), math.MaxInt32))
 	if b.seen {
 		// Envoy reports time_elapsed in whole seconds: a bucket reported
 		// twice in a row under a second apart (after the report its first
@@ -60,11 +66,6 @@ func (st *stream) note(b *bucket, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuo
 		}
 	}
 	b.seen = true
-	if allowed+denied > 0 {
-		b.idleSince = time.Time{}
-	} else if b.idleSince.IsZero() {
-		b.idleSince = now
-	}
 	g := s.cfg.Decider.Quota(&b.req)
 	b.grant = g
 	keep := make(map[string]bool, len(g.Keys))

@@ -35,6 +35,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -330,7 +331,6 @@ func (st *stream) report(ctx context.Context, msg *rlqsv3.RateLimitQuotaUsageRep
 		}
 		if !named[b] { // a bucket named twice in one report is answered once
 			named[b] = true
-			b.pid = u.GetBucketId()
 			jobs = append(jobs, job{b, u.GetBucketId()})
 			for _, k := range b.grant.Keys {
 				keys = append(keys, k.Key)
@@ -390,7 +390,7 @@ func (st *stream) update(ctx context.Context) *rlqsv3.RateLimitQuotaResponse {
 	now := st.s.cfg.Now()
 	var acts []*rlqsv3.RateLimitQuotaResponse_BucketAction
 	for _, b := range st.buckets {
-		if b.pid == nil || b.bad != nil || b.grant.Kind != decide.GrantParts {
+		if b.bad != nil || b.grant.Kind != decide.GrantParts {
 			continue
 		}
 		keys := make([]string, 0, len(b.grant.Keys))
@@ -415,8 +415,12 @@ func (st *stream) update(ctx context.Context) *rlqsv3.RateLimitQuotaResponse {
 const maxUsages = 4 * DefaultMaxBuckets
 
 // bucket finds or makes the stream's bucket for id; nil past the cap. A
-// bad id is a bucket too (answered deny-all), so that it counts against
-// the cap.
+// bad id is a bucket too (answered deny-all, and released when idle like
+// any other), so that it counts against the cap; it keeps only the hash
+// of the id and why it is refused, whatever the id's size. A good id
+// keeps its keys and values (MaxIDBytes), not the message they came in
+// (which may carry unknown fields of any size): each report's answer
+// names the id as that report did.
 func (st *stream) bucket(id *rlqsv3.BucketId) *bucket {
 	s := st.s
 	key, req, bad := bucketID(id, s.cfg.Keys)
@@ -430,6 +434,9 @@ func (st *stream) bucket(id *rlqsv3.BucketId) *bucket {
 		return nil
 	}
 	b := &bucket{id: key, req: req, bad: bad, offered: math.Inf(1), cons: map[string]*consumer{}}
+	if bad == nil {
+		b.pid = &rlqsv3.BucketId{Bucket: maps.Clone(id.GetBucket())}
+	}
 	st.buckets[key] = b
 	s.buckets.Add(1)
 	if bad != nil {

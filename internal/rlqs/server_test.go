@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -310,6 +311,81 @@ func TestRefusedBucketIDsAreDenied(t *testing.T) {
 		assert.Equal(t, typev3.RateLimitStrategy_DENY_ALL, st.GetBlanketRule(), "%v", id)
 	}
 	assert.Empty(t, d.reqs, "a refused id is never decided")
+}
+
+// A refused id keeps only its hash, whatever its size, and a good id
+// only its keys and values, not the unknown fields its message carried:
+// 288 ids of 64 KiB, in reports of 3 MiB, leave the heap as it was.
+func TestBucketIDsKeepABoundedSize(t *testing.T) {
+	c, rs := serve(t, rlqs.Config{Decider: &decider{grant: decide.Grant{Kind: decide.GrantAllowAll}}})
+	s, err := c.StreamRateLimitQuotas(context.Background())
+	require.NoError(t, err)
+	var before, after runtime.MemStats
+	// The first report warms gRPC's buffers; the heap is measured from its
+	// end, pools emptied (a second GC clears sync.Pool's victims).
+	const reports, ids = 7, 48
+	for r := range reports {
+		if r == 1 {
+			runtime.GC()
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+		}
+		us := make([]*usage, ids)
+		for i := range us {
+			if i%2 == 0 { // refused: too long
+				us[i] = report(map[string]string{"tenant": fmt.Sprintf("%d-%d-", r, i) + strings.Repeat("a", 64<<10)}, 0, 0, 1)
+				continue
+			}
+			us[i] = report(map[string]string{"tenant": fmt.Sprintf("%d-%d", r, i)}, 0, 1, 0)
+			// A tag of field 1000, bytes, with 64 KiB: unknown to BucketId.
+			us[i].BucketId.ProtoReflect().SetUnknown(protowire.AppendBytes(protowire.AppendTag(nil, 1000, protowire.BytesType), make([]byte, 64<<10)))
+		}
+		domain := ""
+		if r == 0 {
+			domain = "d"
+		}
+		resp, err := roundTrip(t, s, domain, us...)
+		require.NoError(t, err)
+		require.Len(t, resp.BucketAction, ids)
+	}
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	_, buckets, _ := rs.Open()
+	assert.Equal(t, int64(reports*ids), buckets)
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d ids of 64 KiB after the first report's: heap grew %.2f MiB", (reports-1)*ids, float64(grew)/(1<<20))
+	assert.Less(t, grew, int64(4<<20), "18 MiB of ids are not kept")
+	runtime.KeepAlive(s)
+}
+
+// A refused id is a bucket like any other: idle for a minute while its
+// stream holds more than half its cap, it is released.
+func TestIdleRefusedBucketsAreReleased(t *testing.T) {
+	clk := &clock{now: time.Unix(1e6, 0)}
+	c, rs := serve(t, rlqs.Config{Decider: &decider{grant: decide.Grant{Kind: decide.GrantAllowAll}}, MaxBuckets: 2, Now: clk.Now})
+	s, err := c.StreamRateLimitQuotas(context.Background())
+	require.NoError(t, err)
+	ids := []map[string]string{{"name": "x"}, {"tenant": strings.Repeat("a", 2000)}}
+	all := func(elapsed time.Duration, denied uint64) []*usage {
+		return []*usage{report(ids[0], elapsed, 0, denied), report(ids[1], elapsed, 0, denied)}
+	}
+	resp, err := roundTrip(t, s, "d", all(0, 1)...)
+	require.NoError(t, err)
+	for _, a := range resp.BucketAction {
+		assert.Equal(t, typev3.RateLimitStrategy_DENY_ALL, a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule())
+	}
+	clk.add(30 * time.Second)
+	_, err = roundTrip(t, s, "", all(30*time.Second, 0)...)
+	require.NoError(t, err)
+	clk.add(65 * time.Second)
+	resp, err = roundTrip(t, s, "", all(65*time.Second, 0)...)
+	require.NoError(t, err)
+	require.Len(t, resp.BucketAction, 2)
+	assert.NotNil(t, resp.BucketAction[0].GetAbandonAction(), "idle for a minute: released")
+	assert.Equal(t, typev3.RateLimitStrategy_DENY_ALL, resp.BucketAction[1].GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule(), "down to half the cap, the rest are kept")
+	_, buckets, _ := rs.Open()
+	assert.Equal(t, int64(1), buckets)
 }
 
 func TestStreamErrors(t *testing.T) {
