@@ -80,6 +80,13 @@ const (
 	// maxInterval bounds the reporting interval a stream's reports may
 	// claim: the assignment TTL follows it, and with it the bound.
 	maxInterval = time.Minute
+	// maxSilence ends a stream that has sent no report for this long
+	// since it opened or since its last report: twice the longest
+	// reporting interval, so a stream no client reports on does not
+	// hold one of the node's streams (a connection's keepalive pings
+	// would keep it open forever). Envoy reports when it opens a stream
+	// and every 5 s after, buckets or none.
+	maxSilence = 2 * maxInterval
 )
 
 // Event is one bucket's answer, for metrics.
@@ -121,8 +128,9 @@ type Config struct {
 	Log *slog.Logger
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
-	// Ticks paces the settlement of every key with consumers; nil ticks
-	// once a second. A test on a virtual clock ticks it itself.
+	// Ticks paces the settlement of every key with consumers, and the
+	// look at each stream's silence (maxSilence); nil ticks once a
+	// second. A test on a virtual clock ticks it itself.
 	Ticks <-chan time.Time
 }
 
@@ -139,6 +147,9 @@ type Server struct {
 	draining                  chan struct{}
 	stop                      context.CancelFunc
 	done                      chan struct{}
+	// tick is closed, and replaced, at each tick of the settlements: it
+	// wakes the streams to look at how long they have been silent.
+	tick atomic.Pointer[chan struct{}]
 }
 
 // New returns a Server.
@@ -163,6 +174,8 @@ func New(cfg Config) *Server {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, split: newSplitter(cfg.Node, cfg.Ledger), draining: make(chan struct{}), stop: stop, done: make(chan struct{})}
+	tick := make(chan struct{})
+	s.tick.Store(&tick)
 	go func() {
 		defer close(s.done)
 		ticks := cfg.Ticks
@@ -171,7 +184,10 @@ func New(cfg Config) *Server {
 			defer t.Stop()
 			ticks = t.C
 		}
-		s.split.run(ctx, cfg.Now, ticks)
+		s.split.run(ctx, cfg.Now, ticks, func() {
+			next := make(chan struct{})
+			close(*s.tick.Swap(&next))
+		})
 	}()
 	return s
 }
@@ -201,11 +217,17 @@ func (s *Server) Keys() int {
 // node) and refuses new ones: the node is shutting down.
 func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 
-var errDraining = status.Error(codes.Unavailable, "rlqs: this node is draining; reconnect to another")
+var (
+	errDraining = status.Error(codes.Unavailable, "rlqs: this node is draining; reconnect to another")
+	errSilent   = status.Errorf(codes.DeadlineExceeded, "rlqs: no usage report for %v; a client reports at least every %v (Envoy every 5 s): open a new stream to report again", maxSilence, maxInterval)
+)
 
 // StreamRateLimitQuotas serves one client: each report is answered with
-// an action for each bucket it names, in its order.
+// an action for each bucket it names, in its order. A stream silent for
+// maxSilence (no report, from its start or its last one) is ended
+// DeadlineExceeded, looked at each tick (Config.Ticks) on Config.Now.
 func (s *Server) StreamRateLimitQuotas(ss rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+	last := s.cfg.Now() // the stream's start (before it counts in Open), then its last report
 	select {
 	case <-s.draining:
 		s.refused.Add(1)
@@ -253,7 +275,12 @@ func (s *Server) StreamRateLimitQuotas(ss rlqsv3.RateLimitQuotaService_StreamRat
 				return nil
 			}
 			return err
+		case <-*s.tick.Load():
+			if s.cfg.Now().Sub(last) >= maxSilence {
+				return errSilent
+			}
 		case msg := <-msgs:
+			last = s.cfg.Now()
 			resp, err := st.report(ctx, msg)
 			if err != nil {
 				return err

@@ -495,6 +495,49 @@ func TestIdleBucketsAreReleasedToMakeRoom(t *testing.T) {
 	assert.Equal(t, typev3.RateLimitStrategy_ALLOW_ALL, st.GetBlanketRule(), "a new id fits")
 }
 
+// A stream with no report for two minutes (twice the longest reporting
+// interval), from its start or from its last report, is ended
+// DeadlineExceeded; a stream that reports lives.
+func TestSilentStreamsEnd(t *testing.T) {
+	clk := &clock{now: time.Unix(1e6, 0)}
+	ticks := make(chan time.Time)
+	c, rs := serve(t, rlqs.Config{Decider: &decider{grant: decide.Grant{Kind: decide.GrantAllowAll}}, Now: clk.Now, Ticks: ticks})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id := map[string]string{"tenant": "a"}
+	quiet, err := c.StreamRateLimitQuotas(ctx) // never reports
+	require.NoError(t, err)
+	stopped, err := c.StreamRateLimitQuotas(ctx) // reports once
+	require.NoError(t, err)
+	_, err = roundTrip(t, stopped, "d", report(id, 0, 1, 0))
+	require.NoError(t, err)
+	live, err := c.StreamRateLimitQuotas(ctx)
+	require.NoError(t, err)
+	_, err = roundTrip(t, live, "d", report(id, 0, 1, 0))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { n, _, _ := rs.Open(); return n == 3 }, 5*time.Second, 10*time.Millisecond, "the quiet stream is open")
+
+	clk.add(115 * time.Second)
+	ticks <- clk.Now()
+	_, err = roundTrip(t, live, "", report(id, 115*time.Second, 1, 0))
+	require.NoError(t, err, "silent for less than two minutes: open")
+	clk.add(5 * time.Second)
+	// A stream looks at its silence at the first tick it sees after the
+	// clock moved: tick until the two silent ones are gone.
+	require.Eventually(t, func() bool {
+		ticks <- clk.Now()
+		n, _, _ := rs.Open()
+		return n == 1
+	}, 5*time.Second, 10*time.Millisecond, "the silent streams end")
+	for _, s := range []rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient{quiet, stopped} {
+		_, err := s.Recv()
+		assert.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
+		assert.Contains(t, status.Convert(err).Message(), "no usage report for 2m0s", "the node's, not this test's deadline")
+	}
+	_, err = roundTrip(t, live, "", report(id, 5*time.Second, 1, 0))
+	require.NoError(t, err, "it reported 5 s ago")
+}
+
 // Drain ends open streams at once and refuses new ones; past the stream
 // cap a stream is refused.
 func TestDrainAndStreamCap(t *testing.T) {

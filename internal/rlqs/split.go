@@ -461,14 +461,16 @@ func (s *splitter) part(cs map[string]*consumer, states map[string]*keyState) (f
 }
 
 // run settles, at each tick until ctx ends, every key that is due
-// (keyState.due): parts move, and are sent, between reports.
-func (s *splitter) run(ctx context.Context, now func() time.Time, ticks <-chan time.Time) {
+// (keyState.due): parts move, and are sent, between reports. beat runs
+// first at each tick.
+func (s *splitter) run(ctx context.Context, now func() time.Time, ticks <-chan time.Time, beat func()) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticks:
 		}
+		beat()
 		s.mu.Lock()
 		keys := make([]string, 0, len(s.keys))
 		for k := range s.keys {
