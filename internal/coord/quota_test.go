@@ -74,7 +74,7 @@ func startQuotaWorld(t *testing.T, k coord.Knobs) *quotaWorld {
 	for _, r := range regions {
 		st, err := region.Open(ctx, []string{redises[r].Addr}, region.Options{})
 		require.NoError(t, err)
-		d := decide.New(decide.Config{Store: st, Policies: set, Regions: len(regions)})
+		d := decide.New(decide.Config{Store: st, Policies: set, Regions: len(regions), Demand: true})
 		w.stores[r], w.deciders[r] = st, d
 		nc := connect(t, sc.URL(r))
 		tr, err := coord.NewNATSTransport(nc, r, nil)

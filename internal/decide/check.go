@@ -88,7 +88,7 @@ func (d *Decider) CheckAppend(ctx context.Context, r *policy.Request, statuses [
 		return c.degraded()
 	}
 	dec := c.plan.decide(c.cost, c.takes.all())
-	if d.regions > 1 {
+	if d.counts {
 		d.demand.record(&c.plan, dec.Outcome == Throttled, c.cost)
 	}
 	if dec.Outcome == Throttled {

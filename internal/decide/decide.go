@@ -9,7 +9,8 @@
 //
 // It owns the decision and the per-key counts of global keys' admitted
 // and denied tokens, by the exact path and by quota clients' reports
-// (QuotaUsage), which the coordinator drains (demand.go). It must not
+// (QuotaUsage), which the coordinator drains (demand.go), kept only when
+// something drains them (Config.Demand). It must not
 // keep bucket state (the store and the lease manager do), know a wire
 // format (package server does), or panic on any request that passed
 // Validate.
@@ -90,7 +91,8 @@ type Decider struct {
 	fallback Fallback       // nil: on_store_failure: local fails open
 	timeout  time.Duration  // the budget of one check's store work; 0: none
 	regions  int            // n: a scope: global limit enforces L/n here unless a coordinator share says otherwise
-	demand   demand         // exact-path global keys' demand, for DrainDemand
+	demand   demand         // global keys' demand by the exact path and quota clients, for DrainDemand
+	counts   bool           // Config.Demand: demand is counted
 }
 
 // state is a policy set and the lease limits of its leased policies,
@@ -126,9 +128,14 @@ type Config struct {
 	// buckets, leased or exact); a global quota (fixed window) enforces
 	// the whole L against its region's count plus the other regions'
 	// counts the coordinator writes (docs/multi-region.md, "Global
-	// quotas"). The exact path then also counts the demand of its global
-	// keys for DrainDemand. n <= 1 enforces L.
+	// quotas"). n <= 1 enforces L.
 	Regions int
+	// Demand says something drains the demand of global keys
+	// (DrainDemand: a node's publisher to its region's coordinator, set
+	// when it has one): the exact path and quota clients (QuotaUsage)
+	// count it then. Without, nothing is counted: the counts are kept
+	// until drained, one per key ever seen.
+	Demand bool
 	// Timeout is the budget of one check's store work: a check that asks
 	// the store or waits for a lease refill gets one deadline, this long
 	// from its start, for all of it (the refill wait, the take, a refund,
@@ -154,7 +161,7 @@ func New(cfg Config) *Decider {
 	}
 	d := &Decider{
 		store: cfg.Store, log: log, leases: cfg.Leases, fallback: cfg.Fallback,
-		timeout: cfg.Timeout, regions: cfg.Regions,
+		timeout: cfg.Timeout, regions: cfg.Regions, counts: cfg.Demand,
 	}
 	d.SetPolicies(cfg.Policies)
 	return d

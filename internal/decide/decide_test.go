@@ -320,7 +320,7 @@ policies:
   - {id: regional, per: [ip], limits: [{name: s, algorithm: token_bucket, limit: 30, period: 1h}]}
 `))
 	require.NoError(t, err)
-	d := decide.New(decide.Config{Store: memstore.New(nil), Policies: set, Regions: 3})
+	d := decide.New(decide.Config{Store: memstore.New(nil), Policies: set, Regions: 3, Demand: true})
 	allowed := countAllowed(t, d, decide.Request{Tenant: "q", Client: "c"}, 40)
 	assert.Equal(t, 30, allowed, "a global quota of 30 is not divided by the regions")
 	for range 12 {
@@ -334,4 +334,26 @@ policies:
 		"rl:{tenant=t}:rate:s":  {10, 2},
 	}, got, "global keys only, admitted and denied tokens")
 	d.DrainDemand(func(key string, _, _ int64) { t.Errorf("drained twice: %s", key) })
+}
+
+// Demand is counted only for a drainer (Config.Demand): without one, no
+// global key's counts, the exact path's or a quota client's, are kept.
+func TestDemandIsCountedOnlyForADrainer(t *testing.T) {
+	set, err := policy.Load("t", []byte(`
+policies:
+  - {id: rate, scope: global, match: {tenant: t}, per: [tenant], limits: [{name: s, algorithm: token_bucket, limit: 30, period: 1h}]}
+`))
+	require.NoError(t, err)
+	for _, drained := range []bool{false, true} {
+		d := decide.New(decide.Config{Store: memstore.New(nil), Policies: set, Regions: 3, Demand: drained})
+		check(t, d, decide.Request{Tenant: "t"})
+		d.QuotaUsage("rl:{tenant=u}:rate:s", 5, 1)
+		got := map[string][2]int64{}
+		d.DrainDemand(func(key string, admitted, denied int64) { got[key] = [2]int64{admitted, denied} })
+		if !drained {
+			assert.Empty(t, got, "nothing drains it: nothing is kept")
+			continue
+		}
+		assert.Equal(t, map[string][2]int64{"rl:{tenant=t}:rate:s": {1, 0}, "rl:{tenant=u}:rate:s": {5, 1}}, got)
+	}
 }

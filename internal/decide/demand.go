@@ -6,7 +6,9 @@ import "sync"
 // clients, QuotaUsage) admitted and denied for global limits since the
 // last drain: the coordinator's input
 // for shares (token buckets) and for which quota counts to exchange (fixed
-// windows). The leased path counts its own (lease.Manager.DrainDemand).
+// windows). It counts only when Config.Demand says something drains it:
+// a key stays until drained. The leased path counts its own
+// (lease.Manager.DrainDemand).
 type demand struct {
 	mu sync.Mutex
 	m  map[string]*[2]int64 // key -> admitted, denied

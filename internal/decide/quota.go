@@ -143,7 +143,9 @@ func (d *Decider) QuotaFailed(g *Grant, cause error) Grant {
 
 // QuotaUsage counts what quota clients admitted and denied of a global
 // key (tokens), for the coordinator's demand (DrainDemand), as the exact
-// path counts its own.
+// path counts its own: only if Config.Demand says something drains it.
 func (d *Decider) QuotaUsage(key string, admitted, denied int64) {
-	d.demand.add(key, admitted, denied)
+	if d.counts {
+		d.demand.add(key, admitted, denied)
+	}
 }

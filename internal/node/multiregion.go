@@ -51,17 +51,24 @@ func (m *MultiRegion) regions() int {
 	return len(m.Regions)
 }
 
+// publishesDemand says whether startMultiRegion starts the demand
+// publisher: a region, a NATS URL and a region store (the lease manager).
+// The decider counts demand only then, since only it drains the counts.
+func (n *Node) publishesDemand() bool {
+	mr := n.cfg.MultiRegion
+	return mr.Region != "" && mr.NATSURL != "" && n.leases != nil
+}
+
 // startMultiRegion starts the demand publisher. It runs after the decider
 // (sized for the regions by Start) and the lease manager exist, on a
 // validated MultiRegion.
 func (n *Node) startMultiRegion() error {
 	mr := n.cfg.MultiRegion
-	if mr.Region == "" || mr.NATSURL == "" {
-		return nil
-	}
-	if n.leases == nil {
-		// Standalone: no region buckets to share and no demand to drain.
-		n.log.Warn("multi-region: --nats ignored in standalone mode (no --redis)")
+	if !n.publishesDemand() {
+		if mr.Region != "" && mr.NATSURL != "" {
+			// Standalone: no region buckets to share and no demand to drain.
+			n.log.Warn("multi-region: --nats ignored in standalone mode (no --redis)")
+		}
 		return nil
 	}
 	nc, err := nats.Connect(mr.NATSURL, append([]nats.Option{nats.Name("allot-node " + mr.Region), nats.MaxReconnects(-1)}, n.cfg.Transport.NATS...)...)

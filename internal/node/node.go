@@ -161,6 +161,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		Store: n.instrument(store), Policies: set, Log: n.perRequestLog(),
 		Leases:  n.leases,                  // nil standalone: leased policies take the exact path
 		Regions: cfg.MultiRegion.regions(), // 0 without multi-region
+		Demand:  n.publishesDemand(),       // counted only for the publisher that drains it
 		// No Timeout: the store judges its shards' health itself (a
 		// stalled shard fails its calls after the stall threshold,
 		// --redis-timeout) and sheds what this node cannot get answered
