@@ -3,6 +3,7 @@ package node_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/allot-dev/allot/internal/node"
 	"github.com/allot-dev/allot/internal/node/nodetest"
+	"github.com/allot-dev/allot/internal/rlqs"
 	ratelimitv1 "github.com/allot-dev/allot/proto/ratelimit/v1"
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 )
@@ -64,6 +66,16 @@ func TestMalformedStreamMessageIsInvalidArgument(t *testing.T) {
 	err = s.RecvMsg(&out)
 	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 	assert.ErrorContains(t, err, "not valid protobuf")
+
+	// A report of more buckets than a stream takes, refused before it is
+	// decoded (rlqs.MaxUsages, through server.FanOut).
+	s, err = conn.NewStream(ctx, desc, method, grpc.ForceCodec(rawCodec{}))
+	require.NoError(t, err)
+	b = append([]byte{0x0a, 1, 'd'}, bytes.Repeat([]byte{0x12, 0}, rlqs.MaxUsages+1)...)
+	require.NoError(t, s.SendMsg(&b))
+	err = s.RecvMsg(&out)
+	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	assert.ErrorContains(t, err, fmt.Sprintf("bucket_quota_usages: %d in one message; at most %d", rlqs.MaxUsages+1, rlqs.MaxUsages))
 }
 
 // A call with more elements than its handler accepts is refused with the

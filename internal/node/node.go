@@ -183,7 +183,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.lis = lis
 	opts := append(cfg.Transport.grpcOptions(), cfg.GRPCLimits.serverOptions()...)
-	opts = append(opts, server.MalformedIsInvalid()...)
+	opts = append(opts, server.MalformedIsInvalid(server.FanOut{ // what the RLQS handler takes
+		Message: (&rlqsv3.RateLimitQuotaUsageReports{}).ProtoReflect().Descriptor().FullName(),
+		Field:   2, Name: "bucket_quota_usages", Max: rlqs.MaxUsages,
+	})...)
 	opts = append(opts, n.grpcTelemetry()...)
 	// Reuse stream goroutines: a fresh goroutine per call regrows its
 	// stack through the handler's call depth every time (a tenth of the

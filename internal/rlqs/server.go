@@ -335,8 +335,8 @@ func (st *stream) report(ctx context.Context, msg *rlqsv3.RateLimitQuotaUsageRep
 		return nil, status.Errorf(codes.InvalidArgument, "domain: %q after %q; open a new stream for another domain", d, st.domain)
 	}
 	usages := msg.GetBucketQuotaUsages()
-	if len(usages) > maxUsages {
-		return nil, status.Errorf(codes.InvalidArgument, "bucket_quota_usages: %d in one report; at most %d", len(usages), maxUsages)
+	if len(usages) > MaxUsages {
+		return nil, status.Errorf(codes.InvalidArgument, "bucket_quota_usages: %d in one report; at most %d", len(usages), MaxUsages)
 	}
 	now := s.cfg.Now()
 	type job struct {
@@ -438,8 +438,9 @@ func (st *stream) update(ctx context.Context) *rlqsv3.RateLimitQuotaResponse {
 	return &rlqsv3.RateLimitQuotaResponse{BucketAction: acts}
 }
 
-// maxUsages bounds one report's buckets.
-const maxUsages = 4 * DefaultMaxBuckets
+// MaxUsages bounds one report's buckets (the node's codec refuses a
+// report of more before decoding it: server.FanOut).
+const MaxUsages = 4 * DefaultMaxBuckets
 
 // bucket finds or makes the stream's bucket for id; nil past the cap. A
 // bad id is a bucket too (answered deny-all, and released when idle like

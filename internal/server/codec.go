@@ -15,9 +15,9 @@ import (
 
 // MalformedIsInvalid returns the server options that install the wire
 // codec (WireCodec) and answer a request that is not valid protobuf, or
-// that carries more elements than its handler accepts (fanout.go), with
-// INVALID_ARGUMENT: it is the caller's fault, and grpc-go answers any
-// codec error with INTERNAL.
+// that carries more elements than its handler accepts (fanout.go; bounds
+// adds those of other packages' handlers), with INVALID_ARGUMENT: it is
+// the caller's fault, and grpc-go answers any codec error with INTERNAL.
 //
 // So on the server the codec does not fail: it empties the message and
 // leaves its decode error in the message itself, as unknown bytes that
@@ -25,8 +25,9 @@ import (
 // the message next (unary: the request; streams: each RecvMsg), answer
 // it as INVALID_ARGUMENT. Nothing outside the message holds the error,
 // so nothing has to be cleaned up.
-func MalformedIsInvalid() []grpc.ServerOption {
+func MalformedIsInvalid(bounds ...FanOut) []grpc.ServerOption {
 	c := newWireCodec(true)
+	c.bounds = bounds
 	return []grpc.ServerOption{
 		grpc.ForceServerCodecV2(c),
 		grpc.ChainUnaryInterceptor(unaryInvalid),

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // Decoding makes a message of every element of a repeated message field:
@@ -13,6 +14,23 @@ import (
 // counts the elements first, on the wire, and refuses a message with more
 // than its handler accepts (the same INVALID_ARGUMENT the handler gives),
 // so decoding costs at most what an accepted message does.
+
+// FanOut bounds the elements of a repeated message field of a message the
+// server's codec decodes for another package's handler (the node's RLQS
+// reports), counted on the wire first as the server's own are.
+type FanOut struct {
+	Message protoreflect.FullName // the message
+	Field   protowire.Number      // its repeated message field
+	Name    string                // the field's name, for the error
+	Max     int                   // the most elements its handler takes
+}
+
+func (f FanOut) check(b []byte) error {
+	if n := count(b, f.Field, nil); n > f.Max {
+		return &fanOutError{fmt.Sprintf("%s: %d in one message; at most %d", f.Name, n, f.Max)}
+	}
+	return nil
+}
 
 // maxEntries bounds a descriptor's entries: each sets a request field at
 // most once (Envoy.request refuses a second), and a request has six

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"testing"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -25,6 +26,8 @@ func TestFanOutIsRefusedBeforeDecoding(t *testing.T) {
 	// One descriptor (field 2) of many entries (its field 1).
 	oneDescriptor := protowire.AppendBytes([]byte{0x12}, empties(0x0a))
 	c := newWireCodec(true)
+	reports := &rlqsv3.RateLimitQuotaUsageReports{}
+	c.bounds = []FanOut{{Message: reports.ProtoReflect().Descriptor().FullName(), Field: 2, Name: "bucket_quota_usages", Max: 16384}}
 	for _, tc := range []struct {
 		name string
 		msg  proto.Message
@@ -35,6 +38,7 @@ func TestFanOutIsRefusedBeforeDecoding(t *testing.T) {
 		{"batch, not plain", &ratelimitv1.BatchRateLimitRequest{}, append(empties(0x0a), unknown...), "requests: 1048576 checks exceed the maximum of 1000 per call"},
 		{"envoy descriptors", &rlsv3.RateLimitRequest{}, empties(0x12), "descriptors: 1048576, want 1 to 1000"},
 		{"envoy entries", &rlsv3.RateLimitRequest{}, oneDescriptor, "descriptors: a descriptor of 1048576 entries; at most 6 (one per request field)"},
+		{"a bound of another package", reports, empties(0x12), "bucket_quota_usages: 1048576 in one message; at most 16384"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var before, after runtime.MemStats
@@ -60,6 +64,9 @@ func TestFanOutIsRefusedBeforeDecoding(t *testing.T) {
 	require.Len(t, env.Descriptors, 1)
 	assert.Len(t, env.Descriptors[0].Entries, maxEntries)
 	assert.Empty(t, env.ProtoReflect().GetUnknown())
+	reports = &rlqsv3.RateLimitQuotaUsageReports{}
+	require.NoError(t, c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(bytes.Repeat([]byte{0x12, 0}, 16384))}, reports))
+	assert.Len(t, reports.BucketQuotaUsages, 16384)
 }
 
 // maxEntries is the most entries a descriptor can carry and be decided:

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"slices"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/encoding"
@@ -31,6 +32,8 @@ type wireCodec struct {
 	strict bool
 	// The schemas of plain, by message.
 	request, response, status, batchRequest, batchResponse *wireSchema
+	// bounds are other messages' FanOuts (strict only).
+	bounds []FanOut
 }
 
 // WireCodec returns the codec (named "proto", as the default it replaces
@@ -128,7 +131,7 @@ func (c *wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 
 func (c *wireCodec) unmarshal(data mem.BufferSlice, v any) error {
 	var sc *wireSchema
-	switch v.(type) {
+	switch x := v.(type) {
 	case *ratelimitv1.RateLimitRequest:
 		sc = c.request
 	case *ratelimitv1.RateLimitResponse:
@@ -141,13 +144,13 @@ func (c *wireCodec) unmarshal(data mem.BufferSlice, v any) error {
 		sc = c.batchResponse
 	case *rlsv3.RateLimitRequest:
 		if c.strict {
-			// Pooled, as the proto codec's: protobuf-go copies what it keeps.
-			buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-			defer buf.Free()
-			if err := envoyFanOut(buf.ReadOnlyData()); err != nil {
-				return err
-			}
-			return proto.Unmarshal(buf.ReadOnlyData(), v.(proto.Message))
+			return checked(data, x, envoyFanOut)
+		}
+		return c.fallback.Unmarshal(data, v)
+	case proto.Message:
+		name := x.ProtoReflect().Descriptor().FullName()
+		if i := slices.IndexFunc(c.bounds, func(f FanOut) bool { return f.Message == name }); i >= 0 {
+			return checked(data, x, c.bounds[i].check)
 		}
 		return c.fallback.Unmarshal(data, v)
 	default:
@@ -183,6 +186,18 @@ func (c *wireCodec) unmarshal(data mem.BufferSlice, v any) error {
 		return proto.Unmarshal(buf, m)
 	}
 	return nil
+}
+
+// checked decodes m with protobuf-go (as the proto codec does) once
+// check has passed its bytes.
+func checked(data mem.BufferSlice, m proto.Message, check func([]byte) error) error {
+	// Pooled, as the proto codec's: protobuf-go copies what it keeps.
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	if err := check(buf.ReadOnlyData()); err != nil {
+		return err
+	}
+	return proto.Unmarshal(buf.ReadOnlyData(), m)
 }
 
 // wireSchema is what plain checks of one message: the wire type of each
