@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"path"
 	"strings"
 
 	"github.com/allot-dev/allot/policy"
@@ -20,7 +21,10 @@ import (
 //     present, else the UserHeader value.
 //   - ip is the client address (ClientIP with TrustedProxies).
 //   - route and method are the request's path and method, so the policy
-//     file's costs apply.
+//     file's costs apply. The path is cleaned as net/http's ServeMux
+//     cleans it (routePath): "//v1/./x" counts as "/v1/x", as an upstream
+//     that cleans paths serves it, so another spelling of a route is not
+//     another counter or a way around a route's policy.
 //
 // Only read identity headers that your own gateway sets or authenticates:
 // a header the caller controls lets it choose its own counter.
@@ -33,7 +37,7 @@ type Identity struct {
 
 // Request is the check for r.
 func (id *Identity) Request(r *http.Request) *ratelimitv1.RateLimitRequest {
-	in := &ratelimitv1.RateLimitRequest{Route: r.URL.Path, Method: r.Method}
+	in := &ratelimitv1.RateLimitRequest{Route: routePath(r.URL.Path), Method: r.Method}
 	if id.TenantHeader != "" {
 		in.TenantId = r.Header.Get(id.TenantHeader)
 	}
@@ -49,6 +53,20 @@ func (id *Identity) Request(r *http.Request) *ratelimitv1.RateLimitRequest {
 		in.Ip = ip.String()
 	}
 	return in
+}
+
+// routePath is a rooted path p with repeated slashes and dot segments
+// resolved and its trailing slash kept, as net/http's ServeMux cleans
+// paths; anything else (empty, "*") as it is.
+func routePath(p string) string {
+	if p == "" || p[0] != '/' {
+		return p
+	}
+	c := path.Clean(p)
+	if p[len(p)-1] == '/' && c != "/" {
+		c += "/"
+	}
+	return c
 }
 
 // APIKeyID is the client identifier of an API key: "key_" and the first

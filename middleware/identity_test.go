@@ -72,3 +72,24 @@ func TestIdentityRequest(t *testing.T) {
 	assert.Regexp(t, `^key_[0-9a-f]{32}$`, in.ClientIdentifier)
 	assert.NotContains(t, in.ClientIdentifier, "secret")
 }
+
+// Other spellings of one path are one route: the path is cleaned as an
+// upstream that cleans paths (net/http's ServeMux) would serve it.
+func TestIdentityRouteIsTheCleanedPath(t *testing.T) {
+	id := middleware.Identity{}
+	for raw, want := range map[string]string{
+		"/v1/transfers":       "/v1/transfers",
+		"//v1//transfers":     "/v1/transfers",
+		"/v1/./transfers":     "/v1/transfers",
+		"/v1/x/../transfers":  "/v1/transfers",
+		"/../v1/transfers":    "/v1/transfers",
+		"/v1/transfers/":      "/v1/transfers/",
+		"/v1/transfers//":     "/v1/transfers/",
+		"/v1/%2F%2Ftransfers": "/v1/transfers", // decoded by net/url first
+		"/":                   "/",
+		"/v1/Transfers":       "/v1/Transfers", // paths are case-sensitive
+	} {
+		r := httptest.NewRequest("GET", "http://example.com"+raw, nil)
+		assert.Equal(t, want, id.Request(r).Route, raw)
+	}
+}
