@@ -71,14 +71,13 @@ func encodeReport(region string, id roundID, entries []entry, maxBytes int) []*c
 // false past frontcode.MaxDecoded (the sender starts a new chunk before
 // it: a chunk past it is forged or corrupt, and is refused undecoded).
 func keyBytes(es []*coordv1.Entry) (int, bool) {
-	size, prev := 0, 0
+	var size frontcode.Size
 	for _, e := range es {
-		prev = frontcode.Len(prev, e.GetPrefix(), len(e.GetSuffix()))
-		if size += prev; size > frontcode.MaxDecoded {
-			return size, false
+		if !size.Add(e.GetPrefix(), len(e.GetSuffix())) {
+			return size.Total, false
 		}
 	}
-	return size, true
+	return size.Total, true
 }
 
 // decodeEntries undoes the front coding of one chunk, whose keys keyBytes
@@ -234,17 +233,14 @@ type wireChunk struct {
 // proto.Unmarshal, refuses as keyBytes does).
 func (w reportWire) check() (wireChunk, bool) {
 	c := wireChunk{w: w}
-	prev := 0
+	var size frontcode.Size
 	for v := range w.entriesOf {
 		e, ok := parseEntry(v)
-		if !ok || !utf8.Valid(e.suffix) {
-			return c, false
-		}
-		prev = frontcode.Len(prev, e.prefix, len(e.suffix))
-		if c.keyBytes += prev; c.keyBytes > frontcode.MaxDecoded {
+		if !ok || !utf8.Valid(e.suffix) || !size.Add(e.prefix, len(e.suffix)) {
 			return c, false
 		}
 	}
+	c.keyBytes = size.Total
 	return c, true
 }
 

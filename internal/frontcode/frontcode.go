@@ -36,8 +36,17 @@ func Decode(prev string, prefix uint32, suffix string) string {
 	return prev[:p] + suffix
 }
 
-// Len is the length of the key Decode rebuilds from a previous key of
-// length prev, without building it.
-func Len(prev int, prefix uint32, suffix int) int {
-	return min(int(prefix), prev) + suffix
+// Size adds up what a message's keys decode to, key by key, without
+// decoding them (the receiver's check of MaxDecoded).
+type Size struct {
+	last  int // the length of the key last added
+	Total int // bytes of every key added
+}
+
+// Add counts the next key, of a prefix and a suffix of that length, and
+// reports whether Total is still within MaxDecoded.
+func (s *Size) Add(prefix uint32, suffix int) bool {
+	s.last = min(int(prefix), s.last) + suffix // as Decode cuts the prefix
+	s.Total += s.last
+	return s.Total <= MaxDecoded
 }

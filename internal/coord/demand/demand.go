@@ -271,10 +271,9 @@ func Encode(node string, entries []Entry, maxBytes int) []*coordv1.Demand {
 // decode past frontcode.MaxDecoded, which Encode never makes, is refused
 // with an error before any key is decoded.
 func Decode(m *coordv1.Demand, fn func(key string, admitted, denied int64)) error {
-	size, n := 0, 0
+	var size frontcode.Size
 	for _, e := range m.GetEntries() {
-		n = frontcode.Len(n, e.GetPrefix(), len(e.GetSuffix()))
-		if size += n; size > frontcode.MaxDecoded {
+		if !size.Add(e.GetPrefix(), len(e.GetSuffix())) {
 			return fmt.Errorf("demand: keys decode past %d bytes", frontcode.MaxDecoded)
 		}
 	}
