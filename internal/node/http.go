@@ -43,8 +43,9 @@ func (n *Node) startHTTP() error {
 	if err != nil {
 		return err
 	}
-	// No read or write timeout: proxied bodies may stream for long.
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+	// No read or write timeout: proxied bodies may stream for long. A
+	// caller that stalls is cut by cutStalled instead.
+	srv := &http.Server{Handler: n.cfg.HTTPLimits.cutStalled(h), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
 	return n.serveHTTP("proxy", n.cfg.ProxyAddr, srv)
 }
 
@@ -87,6 +88,7 @@ func (n *Node) serveHTTP(name, addr string, srv *http.Server) error {
 	if err != nil {
 		return fmt.Errorf("%s: listen on %s: %w", name, addr, err)
 	}
+	lis = n.cfg.HTTPLimits.listener(lis)
 	// One line per failed TLS handshake or broken connection: limited.
 	srv.ErrorLog = ratelog.StdLogger(n.perRequestLog(), name+" server error")
 	l := &httpListener{name: name, srv: srv, lis: lis, done: make(chan struct{})}

@@ -88,6 +88,9 @@ type Config struct {
 	// GRPCLimits bound connections, streams, handshakes and idle
 	// connections of the gRPC listener (internal/node/grpclimits.go).
 	GRPCLimits GRPCLimits
+	// HTTPLimits bound connections of the HTTP listeners and the waits
+	// of the reverse proxy on its callers (internal/node/httplimits.go).
+	HTTPLimits HTTPLimits
 	// DrainPeriod is how long Close keeps serving after it marked the node
 	// not ready (/readyz 503, health NOT_SERVING), so that load balancers
 	// and health-checking clients move away before the listeners close;
