@@ -230,9 +230,14 @@ func (l GRPCLimits) serverOptions() []grpc.ServerOption {
 }
 
 func (l GRPCLimits) listener(lis net.Listener) net.Listener {
-	l = l.withDefaults()
-	if l.MaxConnections < 0 {
+	return limitConnections(lis, l.withDefaults().MaxConnections)
+}
+
+// limitConnections serves at most n of lis's connections at once; more
+// wait in the kernel's accept queue. Negative n: unlimited.
+func limitConnections(lis net.Listener, n int) net.Listener {
+	if n < 0 {
 		return lis
 	}
-	return netutil.LimitListener(lis, l.MaxConnections)
+	return netutil.LimitListener(lis, n)
 }

@@ -5,8 +5,6 @@ import (
 	"net"
 	"net/http"
 	"time"
-
-	"golang.org/x/net/netutil"
 )
 
 // HTTPLimits bound what callers can hold of the HTTP listeners (the check
@@ -45,11 +43,7 @@ func (l HTTPLimits) withDefaults() HTTPLimits {
 }
 
 func (l HTTPLimits) listener(lis net.Listener) net.Listener {
-	l = l.withDefaults()
-	if l.MaxConnections < 0 {
-		return lis
-	}
-	return netutil.LimitListener(lis, l.MaxConnections)
+	return limitConnections(lis, l.withDefaults().MaxConnections)
 }
 
 // cutStalled bounds each wait of h on its caller by l.StallTimeout: a
