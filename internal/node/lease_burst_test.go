@@ -20,7 +20,11 @@ import (
 // the ideal over the first 1 s and 3 s, 0.963-0.977 over 5 s, on a quiet
 // machine. Here the figures are logged and only gross breakage fails (0.9):
 // under a loaded make test the first second once came to 0.940, when
-// scheduling delays moved the first paced refills. The thresholds
+// scheduling delays moved the first paced refills. The reference is what
+// the ideal bucket admits of the requests this test managed to send: on
+// a machine loaded enough, 32 workers sent 810 requests in the first
+// second, and the node admitted all the ideal bucket would of them (0.736
+// of the ideal for the rate offered). The thresholds
 // (0.97 and 0.95) are asserted on virtual time, where no stall moves a
 // refill: lease's TestLoneFreshBurst and the simulator's
 // TestLeasedFreshBurst; docs/performance.md ("A fresh bucket's burst")
@@ -76,10 +80,12 @@ policies:
 				admitted += bins[i].Load()
 			}
 			// The ideal bucket, full at the start, admits its burst and then
-			// its rate (requests arrive thousands of times faster).
+			// its rate when requests arrive faster (they do, thousands of
+			// times, unless the machine starves this test's workers).
 			ideal := 1000 + tc.rate*at.Seconds()
-			t.Logf("%s (%.0f/s, burst 1,000) first %v: admitted %d of the ideal %.0f (%.3f); ideal over the requests sent: %.0f", tc.tier, tc.rate, at, admitted, ideal, float64(admitted)/ideal, idealOver(sent[:at/time.Millisecond], 1000, tc.rate))
-			assert.GreaterOrEqual(t, float64(admitted)/ideal, tc.least, "%s over %v", tc.tier, at)
+			over := idealOver(sent[:at/time.Millisecond], 1000, tc.rate)
+			t.Logf("%s (%.0f/s, burst 1,000) first %v: admitted %d of the ideal %.0f (%.3f); of the ideal over the requests sent, %.0f (%.3f)", tc.tier, tc.rate, at, admitted, ideal, float64(admitted)/ideal, over, float64(admitted)/over)
+			assert.GreaterOrEqual(t, float64(admitted)/over, tc.least, "%s over %v", tc.tier, at)
 		}
 	}
 }
