@@ -61,12 +61,12 @@ func (t *Telemetry) ObserveCheck(ctx context.Context, face string, d *decide.Dec
 		}
 	}
 	po := t.policyOptions(policy)
-	t.decisions.Add(ctx, 1, t.pair(po, "policy", policy, "outcome", out).add...)
+	t.pair(po, t.decisions, "policy", policy, "outcome", out).n.Add(1)
 	// Answers by on_store_failure (open, closed, the local fallback) are
 	// also allowed or throttled above; this counter is what says the
 	// region's count was not consulted, for dashboards and alerts.
 	if err == nil && d != nil && d.Degraded {
-		t.degraded.Add(ctx, 1, po.one.add...)
+		po.oneCell.n.Add(1)
 	}
 	fo, ok := t.faces[face]
 	if !ok {
@@ -88,29 +88,36 @@ var (
 	outcomes     = []string{OutcomeAllowed, OutcomeThrottled, OutcomeFailedOpen, OutcomeError, OutcomeShed, "unknown"}
 )
 
-// labelOptions are the options of one label value (policy=P, op=O) and
-// of it paired with each value of a second, fixed label (outcome=...,
-// result=...). Read-only once built.
+// labelOptions are one label value's (policy=P, op=O): its options, for
+// the histograms, and its tally cells: of the value alone (oneCell, nil
+// when no counter takes it alone) and of it paired with each value of a
+// second, fixed label (outcome=..., result=...). Read-only once built.
 type labelOptions struct {
-	one   options // the first label alone
-	pairs map[string]options
+	one     options
+	oneCell *cell
+	pairs   map[string]*cell
 }
 
-func (t *Telemetry) newLabelOptions(ka, a, kb string, bs []string) *labelOptions {
-	lo := &labelOptions{one: t.option(ka, a, "", ""), pairs: make(map[string]options, len(bs))}
+// newLabelOptions builds ka=a's: its pairs with kb's values bs in pairs,
+// and the value alone in one (nil: none).
+func (t *Telemetry) newLabelOptions(one, pairs *tally, ka, a, kb string, bs []string) *labelOptions {
+	lo := &labelOptions{one: t.option(ka, a, "", ""), pairs: make(map[string]*cell, len(bs))}
+	if one != nil {
+		lo.oneCell = t.cell(one, ka, a, "", "")
+	}
 	for _, b := range bs {
-		lo.pairs[b] = t.option(ka, a, kb, b)
+		lo.pairs[b] = t.cell(pairs, ka, a, kb, b)
 	}
 	return lo
 }
 
-// pair is the options of ka=a, kb=b, where lo is a's: prebuilt when b is
-// one of lo's values, else from the general cache.
-func (t *Telemetry) pair(lo *labelOptions, ka, a, kb, b string) options {
-	if o, ok := lo.pairs[b]; ok {
-		return o
+// pair is the cell of ka=a, kb=b in tl, where lo is a's: prebuilt when b
+// is one of lo's values.
+func (t *Telemetry) pair(lo *labelOptions, tl *tally, ka, a, kb, b string) *cell {
+	if c, ok := lo.pairs[b]; ok {
+		return c
 	}
-	return t.option(ka, a, kb, b)
+	return t.cell(tl, ka, a, kb, b)
 }
 
 // policyOptions is policy's options, built on first sight. Policies are
@@ -120,7 +127,7 @@ func (t *Telemetry) policyOptions(policy string) *labelOptions {
 	if lo, ok := t.policies.Load(policy); ok {
 		return lo.(*labelOptions)
 	}
-	lo, _ := t.policies.LoadOrStore(policy, t.newLabelOptions("policy", policy, "outcome", outcomes))
+	lo, _ := t.policies.LoadOrStore(policy, t.newLabelOptions(t.degraded, t.decisions, "policy", policy, "outcome", outcomes))
 	return lo.(*labelOptions)
 }
 
@@ -144,9 +151,8 @@ func (t *Telemetry) ObserveRedis(ctx context.Context, op string, err error, elap
 	if !ok {
 		lo = &labelOptions{one: t.option("op", op, "", "")}
 	}
-	calls, dur := t.pair(lo, "op", op, "result", result), lo.one
-	t.redisCalls.Add(ctx, 1, calls.add...)
-	t.redisDuration.Record(ctx, elapsed.Seconds(), dur.rec...)
+	t.pair(lo, t.redisCalls, "op", op, "result", result).n.Add(1)
+	t.redisDuration.Record(ctx, elapsed.Seconds(), lo.one.rec...)
 	t.redisSpan(ctx, op, result, err, elapsed)
 }
 

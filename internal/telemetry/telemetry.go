@@ -75,10 +75,10 @@ type Telemetry struct {
 	meter    metric.Meter
 	tracer   trace.Tracer
 
-	decisions        metric.Int64Counter
-	degraded         metric.Int64Counter
+	decisions        *tally
+	degraded         *tally
 	decisionDuration metric.Float64Histogram
-	redisCalls       metric.Int64Counter
+	redisCalls       *tally
 	redisDuration    metric.Float64Histogram
 	rebalance        rebalanceInstruments
 
@@ -144,7 +144,7 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 	}
 	t.ops = make(map[string]*labelOptions, len(redisOps))
 	for _, op := range redisOps {
-		t.ops[op] = t.newLabelOptions("op", op, "result", redisResults)
+		t.ops[op] = t.newLabelOptions(nil, t.redisCalls, "op", op, "result", redisResults)
 	}
 	switch {
 	case cfg.SpanExporter != nil:
@@ -196,15 +196,15 @@ func (t *Telemetry) instruments() error {
 	// The exporter appends _total to counters and _seconds / _bytes for
 	// the units, so the names below become allot_decisions_total,
 	// allot_decision_duration_seconds, ...
-	t.decisions, err = m.Int64Counter("allot_decisions", metric.WithDescription("Checks decided, by deciding policy and outcome (allowed, throttled, failed_open, error)."))
+	t.decisions, err = t.newTally("allot_decisions", "Checks decided, by deciding policy and outcome (allowed, throttled, failed_open, error).")
 	keep(err)
-	t.degraded, err = m.Int64Counter("allot_decisions_degraded", metric.WithDescription("Checks answered without the region's count, by the deciding policy's on_store_failure (open, closed or the local fallback), by policy."))
+	t.degraded, err = t.newTally("allot_decisions_degraded", "Checks answered without the region's count, by the deciding policy's on_store_failure (open, closed or the local fallback), by policy.")
 	keep(err)
 	t.decisionDuration, err = m.Float64Histogram("allot_decision_duration", metric.WithUnit("s"),
 		metric.WithDescription("Time to answer one check, by face (grpc, http, envoy)."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
 	keep(err)
-	t.redisCalls, err = m.Int64Counter("allot_redis_calls", metric.WithDescription("Calls to the region Redis, by op (take, refund, lease, return) and result (ok, error, timeout, unavailable)."))
+	t.redisCalls, err = t.newTally("allot_redis_calls", "Calls to the region Redis, by op (take, refund, lease, return) and result (ok, error, timeout, unavailable).")
 	keep(err)
 	t.redisDuration, err = m.Float64Histogram("allot_redis_call_duration", metric.WithUnit("s"),
 		metric.WithDescription("Latency of one pipelined call to the region Redis, by op."),
@@ -214,7 +214,18 @@ func (t *Telemetry) instruments() error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("telemetry: instruments: %w", err)
 	}
-	return nil
+	tallies := []*tally{t.decisions, t.degraded, t.redisCalls}
+	insts := make([]metric.Observable, len(tallies))
+	for i, tl := range tallies {
+		insts[i] = tl.inst
+	}
+	_, err = t.register(func(_ context.Context, o metric.Observer) error {
+		for _, tl := range tallies {
+			tl.observe(o)
+		}
+		return nil
+	}, insts...)
+	return err
 }
 
 // latencyBuckets span 50 µs to 1 s: leased checks take microseconds,

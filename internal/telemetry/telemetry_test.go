@@ -3,7 +3,10 @@ package telemetry_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -261,4 +264,56 @@ func TestObserveLabelsInAndOutsideTheFixedSets(t *testing.T) {
 	assert.Equal(t, map[string]uint64{"face=grpc,": 2, "face=batch,": 1, "face=http,": 1}, labels("allot_decision_duration_seconds"))
 	assert.Equal(t, map[string]uint64{"op=take,result=ok,": 1, "op=sweep,result=ok,": 1}, labels("allot_redis_calls_total"))
 	assert.Equal(t, map[string]uint64{"op=take,": 1, "op=sweep,": 1}, labels("allot_redis_call_duration_seconds"))
+}
+
+// Counts recorded from many goroutines while /metrics is scraped, and
+// while new policies' label sets are made, all arrive: none is lost to a
+// scrape or to two goroutines making one policy's cells at once.
+func TestCountsUnderConcurrentScrapes(t *testing.T) {
+	tel := newTel(t, telemetry.Config{})
+	ctx := context.Background()
+	const workers, each = 8, 2000
+	srv := httptest.NewServer(tel.Handler())
+	defer srv.Close()
+	done := make(chan struct{})
+	scraped := make(chan int)
+	go func() { // scrapes until done (no t here: it is not the test's goroutine)
+		n := 0
+		for {
+			select {
+			case <-done:
+				scraped <- n
+				return
+			default:
+			}
+			if resp, err := srv.Client().Get(srv.URL + "/metrics"); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				n++
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				d := &decide.Decision{Outcome: decide.Allowed, PolicyID: fmt.Sprintf("p%d", i%50), Degraded: w%2 == 0}
+				tel.ObserveCheck(ctx, "grpc", d, nil, time.Microsecond)
+				tel.ObserveRedis(ctx, "take", nil, time.Microsecond)
+			}
+		})
+	}
+	wg.Wait()
+	close(done)
+	assert.Positive(t, <-scraped, "scrapes ran while the counts were recorded")
+	sum := func(name string) (n float64) {
+		for _, m := range scrape(t, tel)[name].GetMetric() {
+			n += m.GetCounter().GetValue()
+		}
+		return n
+	}
+	assert.Equal(t, float64(workers*each), sum("allot_decisions_total"))
+	assert.Equal(t, float64(workers*each/2), sum("allot_decisions_degraded_total"))
+	assert.Equal(t, float64(workers*each), sum("allot_redis_calls_total"))
+	assert.Len(t, scrape(t, tel)["allot_decisions_total"].GetMetric(), 50, "one series per policy and outcome")
 }
