@@ -77,6 +77,9 @@ func envoy(t testing.TB, conn *grpc.ClientConn) *rlqsfilter.Filter {
 type perSecond struct {
 	start time.Time
 	bins  [128]atomic.Int64
+	// sent is when each request was offered, since start: written by
+	// offer's goroutine alone, read once it has returned.
+	sent []time.Duration
 }
 
 func (p *perSecond) add(now time.Time) { p.bins[int(now.Sub(p.start)/time.Second)].Add(1) }
@@ -112,6 +115,7 @@ func offer(decide func(now time.Time) bool, rate float64, start, until time.Time
 	sent := 0
 	for now := time.Now(); now.Before(until); now = time.Now() {
 		for due := int(rate * now.Sub(start).Seconds()); sent < due; sent++ {
+			out.sent = append(out.sent, now.Sub(out.start))
 			if decide(now) {
 				out.add(now)
 			}
@@ -328,23 +332,30 @@ policies:
 	}()
 	wg.Wait()
 	r, c := viaRLQS.sum(0, run), viaCheck.sum(0, run)
-	ideal := idealTier(200, run)
-	t.Logf("RLQS admitted %d, CheckRateLimit %d (%.3f), the ideal buckets %.0f (RLQS %.3f)", r, c, float64(r)/float64(c), ideal, float64(r)/ideal)
+	// Each against the ideal buckets over the requests it was offered: a
+	// loaded machine can starve an offering loop, which then sends what
+	// is due in a burst, and a burst past the 50-token bucket is lost to
+	// any bucket. When both keep up, the two ideals are one.
+	idealR, idealC := idealTier(viaRLQS.sent), idealTier(viaCheck.sent)
+	rr, cc := float64(r)/idealR, float64(c)/idealC
+	t.Logf("RLQS admitted %d (%.3f of the ideal buckets over its requests, %.0f), CheckRateLimit %d (%.3f of %.0f): %.3f", r, rr, idealR, c, cc, idealC, rr/cc)
 	// Both references: the (CheckRateLimit on the same leased
 	// policy, alone on its buckets, so paced as a lone node is) and the
 	// three ideal buckets, which an exact policy admits to within a token.
-	assert.InDelta(t, 1, float64(r)/float64(c), 0.05)
-	assert.InDelta(t, 1, float64(r)/ideal, 0.05)
+	assert.InDelta(t, 1, rr/cc, 0.05)
+	assert.InDelta(t, 1, rr, 0.05)
 }
 
 // idealTier is what the tier's three buckets, full at the start, admit
-// of rate requests/s offered evenly for run seconds, all-or-nothing.
-func idealTier(rate float64, run int) float64 {
+// of requests sent at the given offsets from the start, all-or-nothing.
+func idealTier(sent []time.Duration) float64 {
 	type tb struct{ tokens, burst, perSec float64 }
 	bs := []*tb{{50, 50, 50}, {1000, 1000, 1000.0 / 60}, {50000, 50000, 50000.0 / 86400}}
 	admitted := 0.0
-	dt := 1 / rate
-	for i := 0; i < int(rate)*run; i++ {
+	var last time.Duration
+	for _, at := range sent {
+		dt := (at - last).Seconds()
+		last = at
 		ok := true
 		for _, b := range bs {
 			b.tokens = min(b.burst, b.tokens+b.perSec*dt)
