@@ -55,6 +55,15 @@ const (
 	DefaultGRPCMaxInFlight      = 512
 )
 
+// maxHeaderBytes bounds one request's headers on every listener: gRPC
+// metadata, which grpc-go accepts up to 16 MiB of (and HPACK lets a few
+// bytes on the wire name an entry of its 4 KiB table again and again),
+// and HTTP headers, net/http's default 1 MiB. Held once per connection
+// being read and per call in flight, those defaults came to gigabytes.
+// 64 KiB is Envoy's order (max_request_headers_kb, 60 by default) and
+// eight times what grpc-java accepts by default: no legal caller nears it.
+const maxHeaderBytes = 64 << 10
+
 // Keepalive: pings from clients more often than keepaliveMinTime are a
 // GOAWAY (a ping flood is cheap to send); the server pings an idle peer
 // every keepaliveTime and drops it if no answer comes in keepaliveTimeout.
@@ -218,6 +227,7 @@ func (l GRPCLimits) serverOptions() []grpc.ServerOption {
 	l = l.withDefaults()
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(server.MaxMessageBytes),
+		grpc.MaxHeaderListSize(maxHeaderBytes),
 		grpc.MaxConcurrentStreams(l.MaxStreams),
 		grpc.ConnectionTimeout(l.HandshakeTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),

@@ -1,7 +1,9 @@
 package node_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"strings"
@@ -10,10 +12,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -171,5 +176,89 @@ func TestInFlightSlotOfACallThatNeverReachedAHandler(t *testing.T) {
 		_, err = c.CheckRateLimit(ctx, over)
 		require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
 		servedAgain("a message refused while read")
+	}
+}
+
+// A call's metadata is bounded (grpc-go's own bound is 16 MiB): the node
+// advertises maxHeaderBytes, so grpc-go clients refuse to send more.
+func TestGRPCHeaderListLimitIsAdvertised(t *testing.T) {
+	n := startLimited(t, node.GRPCLimits{})
+	c := dialClient(t, n.Addr())
+	call := func(size int) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		ctx = metadata.AppendToOutgoingContext(ctx, "x-pad", strings.Repeat("x", size))
+		_, err := c.CheckRateLimit(ctx, &ratelimitv1.RateLimitRequest{TenantId: "t"})
+		return err
+	}
+	require.NoError(t, call(32<<10), "32 KiB of metadata is served")
+	require.Error(t, call(100<<10), "a grpc-go client does not send 100 KiB")
+	require.NoError(t, call(1), "the connection still serves")
+}
+
+// A client that ignores the advertised bound and sends 100 KiB of one
+// header anyway (HEADERS and CONTINUATION frames, then the call's
+// message) is refused before its call starts: its stream reset or its
+// connection closed, never answered.
+func TestGRPCHeaderListLimitIsEnforced(t *testing.T) {
+	n := startLimited(t, node.GRPCLimits{})
+	conn, err := net.Dial("tcp", n.Addr())
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(30*time.Second)))
+	refused := func(err error) bool {
+		var ne net.Error
+		require.False(t, errors.As(err, &ne) && ne.Timeout(), "the server neither answered nor refused: %v", err)
+		if err != nil {
+			t.Logf("refused: the server closed the connection (%v)", err) // an HPACK string over the bound is a connection error
+		}
+		return err != nil
+	}
+	_, err = io.WriteString(conn, http2.ClientPreface)
+	require.NoError(t, err)
+	fr := http2.NewFramer(conn, conn)
+	require.NoError(t, fr.WriteSettings())
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/allot.ratelimit.v1.RateLimiterService/CheckRateLimit"},
+		{":authority", "x"}, {"content-type", "application/grpc"}, {"te", "trailers"}, {"x-pad", strings.Repeat("x", 100<<10)}} {
+		require.NoError(t, enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]}))
+	}
+	b := block.Bytes()
+	const chunk = 16 << 10 // the default SETTINGS_MAX_FRAME_SIZE
+	if refused(fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: b[:chunk]})) {
+		return
+	}
+	for b = b[chunk:]; len(b) > 0; {
+		k := min(chunk, len(b))
+		if refused(fr.WriteContinuation(1, k == len(b), b[:k])) {
+			return
+		}
+		b = b[k:]
+	}
+	// The call's message (empty: a tenantless check), so that a server
+	// that took the headers would answer.
+	if refused(fr.WriteData(1, true, []byte{0, 0, 0, 0, 0})) {
+		return
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if refused(err) {
+			return
+		}
+		switch f := f.(type) {
+		case *http2.RSTStreamFrame:
+			assert.Equal(t, http2.ErrCodeFrameSize, f.ErrCode, "the stream is reset for its headers' size")
+			return
+		case *http2.GoAwayFrame:
+			t.Logf("refused: GOAWAY %v", f.ErrCode)
+			return
+		case *http2.HeadersFrame:
+			t.Fatalf("the server took the call (HEADERS on stream %d)", f.StreamID)
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				require.NoError(t, fr.WriteSettingsAck())
+			}
+		}
 	}
 }

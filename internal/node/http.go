@@ -89,6 +89,7 @@ func (n *Node) serveHTTP(name, addr string, srv *http.Server) error {
 		return fmt.Errorf("%s: listen on %s: %w", name, addr, err)
 	}
 	lis = n.cfg.HTTPLimits.listener(lis)
+	srv.MaxHeaderBytes = maxHeaderBytes
 	// One line per failed TLS handshake or broken connection: limited.
 	srv.ErrorLog = ratelog.StdLogger(n.perRequestLog(), name+" server error")
 	l := &httpListener{name: name, srv: srv, lis: lis, done: make(chan struct{})}

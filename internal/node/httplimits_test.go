@@ -183,3 +183,20 @@ func TestHTTPConnectionLimit(t *testing.T) {
 	require.NoError(t, hog.Close())
 	require.NoError(t, get(20*time.Second))
 }
+
+// Headers are bounded on the HTTP listeners (net/http's own bound is
+// 1 MiB): over maxHeaderBytes a request is answered 431, under it served.
+func TestHTTPHeaderLimit(t *testing.T) {
+	n, _ := nodetest.Start(t, edgePolicies, node.Config{HTTPAddr: "127.0.0.1:0"})
+	get := func(size int) int {
+		req, err := http.NewRequest(http.MethodGet, "http://"+n.HTTPAddr()+"/healthz", nil)
+		require.NoError(t, err)
+		req.Header.Set("X-Pad", strings.Repeat("x", size))
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	assert.Equal(t, http.StatusOK, get(32<<10))
+	assert.Equal(t, http.StatusRequestHeaderFieldsTooLarge, get(100<<10))
+}
