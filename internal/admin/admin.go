@@ -33,6 +33,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/netutil"
+
 	"github.com/allot-dev/allot/internal/policystore"
 	"github.com/allot-dev/allot/policy"
 )
@@ -143,6 +145,15 @@ func CheckAddr(addr, token string) error {
 	return fmt.Errorf("admin API on non-loopback address %q needs a token (--admin-token or ALLOT_ADMIN_TOKEN)", addr)
 }
 
+// What a caller can hold of Serve before its token is looked at: a
+// request's headers (net/http's default is 1 MiB) and connections.
+// Operators and CI make a handful of calls at once; more connections wait
+// in the kernel's accept queue.
+const (
+	maxHeaderBytes = 64 << 10
+	maxConnections = 256
+)
+
 // Serve serves the API on lis until ctx is done, then shuts down,
 // letting requests in flight finish for up to 5 seconds.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
@@ -151,10 +162,11 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       time.Minute,
 		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(lis) }() // ends when Shutdown below runs
+	go func() { done <- srv.Serve(netutil.LimitListener(lis, maxConnections)) }() // ends when Shutdown below runs
 	select {
 	case err := <-done:
 		return fmt.Errorf("admin API: %w", err)

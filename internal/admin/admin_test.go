@@ -387,3 +387,62 @@ func FuzzDecodeChange(f *testing.F) {
 		}
 	})
 }
+
+// serveOn runs Serve on a loopback listener until the test ends, and
+// returns its base URL.
+func serveOn(t *testing.T) string {
+	t.Helper()
+	lis, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- admin.New(admin.Config{Store: policystore.NewMemory(), Token: token}).Serve(ctx, lis) }()
+	t.Cleanup(func() { cancel(); assert.NoError(t, <-done) })
+	return "http://" + lis.Addr().String()
+}
+
+// What a caller can hold before its token is looked at is bounded: a
+// request's headers (431 past 64 KiB) and the connections served at
+// once (256; more wait until one goes).
+func TestServeBoundsWhatCallersHold(t *testing.T) {
+	url := serveOn(t)
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	get := func(ctx context.Context, pad int) (int, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/v1/policies", nil)
+		require.NoError(t, err)
+		req.Header.Set("X-Pad", strings.Repeat("x", pad))
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	ctx := context.Background()
+	code, err := get(ctx, 32<<10)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, code)
+	code, err = get(ctx, 100<<10)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusRequestHeaderFieldsTooLarge, code)
+
+	client.CloseIdleConnections()
+	hogs := make([]net.Conn, 256)
+	for i := range hogs {
+		c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+		require.NoError(t, err)
+		defer c.Close()
+		hogs[i] = c
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = get(short, 0)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "not served while idle connections hold every slot")
+	require.NoError(t, hogs[0].Close())
+	long, cancel2 := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel2()
+	code, err = get(long, 0)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, code)
+}
